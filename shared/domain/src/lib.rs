@@ -1,1 +1,20 @@
+//! The servicing domain: canonical events, loan-account state and the pure state machine that
+//! applies one event to one account. No AWS and no Lambda dependency: adapters live elsewhere.
 
+pub mod account;
+pub mod apply;
+pub mod event;
+pub mod fingerprint;
+pub mod ledger;
+pub mod outbox;
+pub mod types;
+
+pub use account::{
+    Allocation, Bucket, Installment, InstallmentPayment, LoanAccount, StoredAllocation,
+};
+pub use apply::{AllocationWrite, Applied, Deferral, Outcome, Rejection, apply};
+pub use event::{DecodeError, EventKind, ServicingEvent};
+pub use fingerprint::Fingerprint;
+pub use ledger::{Counts, Disposition, Ledger, QuarantineRecord};
+pub use outbox::DomainEvent;
+pub use types::{AccountId, Amount, Currency, Money, SourceRef};

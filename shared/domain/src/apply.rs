@@ -1,0 +1,326 @@
+//! The account-state machine: `apply(state, event) -> Outcome`. Pure: no I/O, no clock.
+
+use serde_json::json;
+
+use crate::account::{Bucket, LoanAccount, StoredAllocation};
+use crate::event::{EventKind, ServicingEvent};
+use crate::outbox::{DomainEvent, detail_types};
+use crate::types::{Money, MoneyError, SourceRef, add_minor};
+
+/// What applying one event to an account leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Commit the new state, the allocation write and the outbox events together.
+    Applied(Box<Applied>),
+    /// A set-state event whose sequence is not newer than the last applied one: acknowledge,
+    /// count, do not apply.
+    Stale { sequence: u64, last_applied: u64 },
+    /// A permanent business error: quarantine with the reason, acknowledge.
+    Rejected(Rejection),
+    /// Not applicable yet (out-of-order delivery): retry later, quarantine once the retry budget
+    /// is spent.
+    Deferred(Deferral),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub account: LoanAccount,
+    pub allocation: Option<AllocationWrite>,
+    /// The domain event of this fact first, then `DelinquencyChanged` when the bucket moved.
+    pub outbox: Vec<DomainEvent>,
+}
+
+impl Applied {
+    pub fn delinquency_change(&self) -> Option<&DomainEvent> {
+        self.outbox
+            .iter()
+            .find(|e| e.detail_type == detail_types::DELINQUENCY_CHANGED)
+    }
+}
+
+/// The allocation item to write in the same transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllocationWrite {
+    /// A new payment's allocation (the item must not exist yet).
+    Record(StoredAllocation),
+    /// A reversal marks the payment's allocation reversed (the item must not be reversed yet).
+    MarkReversed {
+        payment: SourceRef,
+        reversal: SourceRef,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {reason}")]
+pub struct Rejection {
+    pub code: &'static str,
+    pub reason: String,
+}
+
+fn reject(code: &'static str, reason: impl Into<String>) -> Outcome {
+    Outcome::Rejected(Rejection {
+        code,
+        reason: reason.into(),
+    })
+}
+
+impl From<MoneyError> for Rejection {
+    fn from(e: MoneyError) -> Self {
+        let code = match e {
+            MoneyError::CurrencyMismatch { .. } => "currency_mismatch",
+            MoneyError::Overflow => "amount_overflow",
+            MoneyError::Negative => "negative_balance",
+        };
+        Rejection {
+            code,
+            reason: e.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Deferral {
+    #[error("account is not opened yet")]
+    AccountNotOpened,
+    #[error("reversal target {0} has not been applied yet")]
+    ReversalTargetNotApplied(SourceRef),
+}
+
+impl Deferral {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Deferral::AccountNotOpened => "account_not_opened",
+            Deferral::ReversalTargetNotApplied(_) => "reversal_target_missing",
+        }
+    }
+}
+
+/// Applies `event` to `account` (`None` when the account does not exist).
+///
+/// For a `PAYMENT_REVERSED`, `reversal_target` must be the stored allocation of
+/// `event.reversal_target()` if one exists; it is ignored for every other event.
+pub fn apply(
+    account: Option<&LoanAccount>,
+    event: &ServicingEvent,
+    reversal_target: Option<&StoredAllocation>,
+) -> Outcome {
+    match step(account, event, reversal_target) {
+        Ok(outcome) => outcome,
+        Err(rejection) => Outcome::Rejected(rejection),
+    }
+}
+
+fn step(
+    account: Option<&LoanAccount>,
+    event: &ServicingEvent,
+    reversal_target: Option<&StoredAllocation>,
+) -> Result<Outcome, Rejection> {
+    let date = event.business_date();
+    let (account, mut next) = match (&event.kind, account) {
+        (
+            EventKind::LoanOpened {
+                principal,
+                credit_limit,
+            },
+            None,
+        ) => {
+            let opened = LoanAccount::opened(
+                event.account_id.clone(),
+                principal.currency,
+                principal.minor(),
+                credit_limit.map(|l| l.minor()),
+                date,
+            );
+            let payload = json!({
+                "currency": principal.currency,
+                "principalMinor": principal.minor(),
+                "creditLimitMinor": credit_limit.map(|l| l.minor()),
+            });
+            let outbox = vec![domain_event(event, detail_types::LOAN_OPENED, payload)];
+            return Ok(Outcome::Applied(Box::new(Applied {
+                account: opened,
+                allocation: None,
+                outbox,
+            })));
+        }
+        (EventKind::LoanOpened { .. }, Some(_)) => {
+            return Ok(reject(
+                "account_exists",
+                format!("account {} is already opened", event.account_id),
+            ));
+        }
+        (_, None) => return Ok(Outcome::Deferred(Deferral::AccountNotOpened)),
+        (_, Some(account)) => (account, account.clone()),
+    };
+    let currency = account.currency;
+    let in_currency = |m: &Money| m.minor_in(currency).map_err(Rejection::from);
+
+    let mut allocation = None;
+    let (detail_type, payload) = match &event.kind {
+        EventKind::LoanOpened { .. } => unreachable!("handled above"),
+        EventKind::InstallmentDue {
+            installment_no,
+            due_date,
+            principal,
+            interest,
+        } => {
+            if next
+                .installments
+                .iter()
+                .any(|i| i.installment_no == *installment_no)
+            {
+                return Ok(reject(
+                    "installment_exists",
+                    format!("installment {installment_no} is already recorded"),
+                ));
+            }
+            let due = add_minor(principal.minor(), interest.minor())?;
+            next.interest_outstanding_minor =
+                add_minor(next.interest_outstanding_minor, interest.minor())?;
+            next.installments.push(crate::account::Installment {
+                installment_no: *installment_no,
+                due_date: *due_date,
+                due_minor: due,
+                paid_minor: 0,
+            });
+            let payload = json!({
+                "installmentNo": installment_no,
+                "dueDate": due_date.format("%Y-%m-%d").to_string(),
+                "principalMinor": principal.minor(),
+                "interestMinor": interest.minor(),
+            });
+            (detail_types::INSTALLMENT_DUE, payload)
+        }
+        EventKind::InterestAccrued { amount } => {
+            let minor = in_currency(amount)?;
+            next.interest_outstanding_minor = add_minor(next.interest_outstanding_minor, minor)?;
+            let payload = json!({"amountMinor": minor, "currency": currency});
+            (detail_types::INTEREST_ACCRUED, payload)
+        }
+        EventKind::FeeAssessed { amount, fee_type } => {
+            let minor = in_currency(amount)?;
+            next.fees_outstanding_minor = add_minor(next.fees_outstanding_minor, minor)?;
+            let payload = json!({"amountMinor": minor, "currency": currency, "feeType": fee_type});
+            (detail_types::FEE_ASSESSED, payload)
+        }
+        EventKind::PaymentSettled { amount } => {
+            let minor = in_currency(amount)?;
+            let (split, installments_paid) = next.allocate_payment(minor)?;
+            let stored = StoredAllocation {
+                payment: event.source.clone(),
+                account_id: event.account_id.clone(),
+                currency,
+                amount_minor: minor,
+                allocation: split,
+                installments_paid,
+                applied_on: date,
+                reversed_by: None,
+            };
+            let payload = json!({
+                "payment": {"sourceSystem": event.source.system, "sourceEventId": event.source.event_id},
+                "amountMinor": minor,
+                "currency": currency,
+                "allocation": split,
+                "installmentsPaid": stored.installments_paid,
+            });
+            allocation = Some(AllocationWrite::Record(stored));
+            (detail_types::PAYMENT_APPLIED, payload)
+        }
+        EventKind::PaymentReversed {
+            amount,
+            reversal_of,
+        } => {
+            let minor = in_currency(amount)?;
+            let Some(target) = reversal_target.filter(|t| &t.payment == reversal_of) else {
+                return Ok(Outcome::Deferred(Deferral::ReversalTargetNotApplied(
+                    reversal_of.clone(),
+                )));
+            };
+            if target.account_id != event.account_id {
+                return Ok(reject(
+                    "reversal_account_mismatch",
+                    format!(
+                        "payment {reversal_of} belongs to account {}, not {}",
+                        target.account_id, event.account_id
+                    ),
+                ));
+            }
+            if let Some(by) = &target.reversed_by {
+                return Ok(reject(
+                    "already_reversed",
+                    format!("payment {reversal_of} was already reversed by {by}"),
+                ));
+            }
+            if target.amount_minor != minor {
+                return Ok(reject(
+                    "reversal_amount_mismatch",
+                    format!(
+                        "reversal amount {minor} differs from payment amount {}",
+                        target.amount_minor
+                    ),
+                ));
+            }
+            next.restore_allocation(target)?;
+            let payload = json!({
+                "payment": {"sourceSystem": reversal_of.system, "sourceEventId": reversal_of.event_id},
+                "amountMinor": minor,
+                "currency": currency,
+                "allocation": target.allocation,
+                "installmentsRestored": target.installments_paid,
+            });
+            allocation = Some(AllocationWrite::MarkReversed {
+                payment: reversal_of.clone(),
+                reversal: event.source.clone(),
+            });
+            (detail_types::PAYMENT_REVERSED, payload)
+        }
+        EventKind::CreditLimitSet { limit, sequence } => {
+            let minor = in_currency(limit)?;
+            if *sequence <= next.credit_limit_sequence {
+                return Ok(Outcome::Stale {
+                    sequence: *sequence,
+                    last_applied: next.credit_limit_sequence,
+                });
+            }
+            next.credit_limit_minor = Some(minor);
+            next.credit_limit_sequence = *sequence;
+            let payload =
+                json!({"creditLimitMinor": minor, "currency": currency, "sequence": sequence});
+            (detail_types::CREDIT_LIMIT_CHANGED, payload)
+        }
+    };
+
+    let mut outbox = vec![domain_event(event, detail_type, payload)];
+    next.business_date = next.business_date.max(date);
+    next.dpd = next.dpd_at(next.business_date);
+    next.delinquency_bucket = Bucket::for_dpd(next.dpd);
+    if next.delinquency_bucket != account.delinquency_bucket {
+        outbox.push(DomainEvent::delinquency_changed(
+            &event.account_id,
+            &event.source,
+            event.event_time,
+            account.delinquency_bucket,
+            next.delinquency_bucket,
+            next.dpd,
+        ));
+    }
+    Ok(Outcome::Applied(Box::new(Applied {
+        account: next,
+        allocation,
+        outbox,
+    })))
+}
+
+fn domain_event(
+    event: &ServicingEvent,
+    detail_type: &str,
+    payload: serde_json::Value,
+) -> DomainEvent {
+    DomainEvent::new(
+        detail_type,
+        &event.account_id,
+        &event.source,
+        event.event_time,
+        payload,
+    )
+}
