@@ -1,0 +1,280 @@
+//! Bad input gets a specific reason naming the field and the rule.
+
+mod common;
+
+use common::event;
+use serde_json::json;
+use servicing_domain::{DecodeError, EventKind, ServicingEvent};
+
+const T: &str = "2026-10-20T10:15:00Z";
+
+fn payment() -> serde_json::Value {
+    event(
+        "p1",
+        "PAYMENT_SETTLED",
+        T,
+        json!({"amountMinor": 25000, "currency": "EUR"}),
+    )
+}
+
+fn rejection(body: &str) -> String {
+    match ServicingEvent::decode(body.as_bytes()) {
+        Ok(e) => panic!("accepted {body}: {e:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn with(mut base: serde_json::Value, field: &str, value: serde_json::Value) -> String {
+    base[field] = value;
+    base.to_string()
+}
+
+fn without(mut base: serde_json::Value, field: &str) -> String {
+    base.as_object_mut().expect("object").remove(field);
+    base.to_string()
+}
+
+#[test]
+fn when_body_is_not_a_json_object_should_say_so() {
+    assert!(rejection("{not json").starts_with("body is not valid UTF-8 JSON"));
+    assert!(rejection("").starts_with("body is not valid UTF-8 JSON"));
+    assert_eq!(rejection("[1,2]"), "body must be a JSON object");
+    assert_eq!(rejection("\"PAYMENT\""), "body must be a JSON object");
+    let invalid_utf8 = [b'{', 0xff, b'}'];
+    assert!(matches!(
+        ServicingEvent::decode(&invalid_utf8),
+        Err(DecodeError::NotJson(_))
+    ));
+}
+
+#[test]
+fn when_a_field_is_wrong_should_name_the_field_and_the_rule() {
+    let cases: Vec<(String, &str)> = vec![
+        (
+            without(payment(), "sourceSystem"),
+            "field `sourceSystem`: is required",
+        ),
+        (
+            with(payment(), "sourceSystem", json!("")),
+            "field `sourceSystem`: must be 1..64",
+        ),
+        (
+            with(payment(), "sourceSystem", json!("a b")),
+            "field `sourceSystem`: must match",
+        ),
+        (
+            with(payment(), "sourceEventId", json!("x".repeat(129))),
+            "field `sourceEventId`: must be 1..128",
+        ),
+        (
+            with(payment(), "sourceEventId", json!("tab\there")),
+            "field `sourceEventId`: must be printable",
+        ),
+        (
+            with(payment(), "accountId", json!(42)),
+            "field `accountId`: must be a string",
+        ),
+        (
+            with(payment(), "accountId", json!("acc/1")),
+            "field `accountId`: must match",
+        ),
+        (
+            without(payment(), "eventTime"),
+            "field `eventTime`: is required",
+        ),
+        (
+            with(payment(), "eventTime", json!("2026-10-20 10:15")),
+            "field `eventTime`: must be an RFC 3339",
+        ),
+        (
+            with(payment(), "eventTime", json!("2026-10-20T10:15:00")),
+            "field `eventTime`: must be an RFC 3339",
+        ),
+        (
+            with(payment(), "eventType", json!("PAYMENT_SETTLE")),
+            "field `eventType`: unknown event type",
+        ),
+        (
+            with(payment(), "eventType", json!(null)),
+            "field `eventType`: is required",
+        ),
+        (
+            with(payment(), "amountMinor", json!(-1)),
+            "field `amountMinor`: must be an integer of minor units",
+        ),
+        (
+            with(payment(), "amountMinor", json!(10.5)),
+            "field `amountMinor`: must be an integer, not a fraction",
+        ),
+        (
+            with(payment(), "amountMinor", json!(1.0)),
+            "field `amountMinor`: must be an integer, not a fraction",
+        ),
+        (
+            with(payment(), "amountMinor", json!("25000")),
+            "field `amountMinor`: must be an integer",
+        ),
+        (
+            with(payment(), "amountMinor", json!(1_000_000_000_000_001_i64)),
+            "field `amountMinor`: must be an integer of minor units in 0..=10^15",
+        ),
+        (
+            with(payment(), "amountMinor", json!(u64::MAX)),
+            "field `amountMinor`: is too large",
+        ),
+        (
+            without(payment(), "amountMinor"),
+            "field `amountMinor`: is required",
+        ),
+        (
+            with(payment(), "currency", json!("eur")),
+            "field `currency`: must be an ISO 4217",
+        ),
+        (
+            without(payment(), "currency"),
+            "field `currency`: is required",
+        ),
+        (
+            with(payment(), "schemaVersion", json!(2)),
+            "field `schemaVersion`: major version 2 is not supported",
+        ),
+        (
+            with(payment(), "schemaVersion", json!("1")),
+            "field `schemaVersion`: must be an integer",
+        ),
+        (
+            with(payment(), "eventId", json!(7)),
+            "field `eventId`: must be a string",
+        ),
+    ];
+    for (body, want) in cases {
+        let got = rejection(&body);
+        assert!(
+            got.starts_with(want),
+            "for {body}\n  got:  {got}\n  want: {want}…"
+        );
+    }
+}
+
+#[test]
+fn when_type_specific_fields_are_wrong_should_name_them() {
+    let cases: Vec<(serde_json::Value, &str)> = vec![
+        (
+            event(
+                "i",
+                "INSTALLMENT_DUE",
+                T,
+                json!({"installmentNo": 0, "dueDate": "2026-10-01", "principalMinor": 1, "interestMinor": 1}),
+            ),
+            "field `installmentNo`: must be an integer in 1..=",
+        ),
+        (
+            event(
+                "i",
+                "INSTALLMENT_DUE",
+                T,
+                json!({"installmentNo": 1, "dueDate": "2026-02-30", "principalMinor": 1, "interestMinor": 1}),
+            ),
+            "field `dueDate`: must be a calendar date",
+        ),
+        (
+            event(
+                "i",
+                "INSTALLMENT_DUE",
+                T,
+                json!({"installmentNo": 1, "dueDate": "2026-10-01", "interestMinor": 1}),
+            ),
+            "field `principalMinor`: is required",
+        ),
+        (
+            event(
+                "f",
+                "FEE_ASSESSED",
+                T,
+                json!({"amountMinor": 1, "currency": "EUR", "feeType": "late fee"}),
+            ),
+            "field `feeType`: must match",
+        ),
+        (
+            event(
+                "r",
+                "PAYMENT_REVERSED",
+                T,
+                json!({"amountMinor": 1, "currency": "EUR"}),
+            ),
+            "field `reversalOf`: is required",
+        ),
+        (
+            event(
+                "r",
+                "PAYMENT_REVERSED",
+                T,
+                json!({"amountMinor": 1, "currency": "EUR", "reversalOf": "p1"}),
+            ),
+            "field `reversalOf`: must be an object",
+        ),
+        (
+            event(
+                "r",
+                "PAYMENT_REVERSED",
+                T,
+                json!({"amountMinor": 1, "currency": "EUR", "reversalOf": {"sourceSystem": "psp"}}),
+            ),
+            "field `reversalOf`: needs a string sourceEventId",
+        ),
+        (
+            event(
+                "l",
+                "CREDIT_LIMIT_SET",
+                T,
+                json!({"creditLimitMinor": 1, "currency": "EUR", "sequence": 0}),
+            ),
+            "field `sequence`: must be an integer in 1..=",
+        ),
+        (
+            event(
+                "l",
+                "CREDIT_LIMIT_SET",
+                T,
+                json!({"creditLimitMinor": 1, "currency": "EUR"}),
+            ),
+            "field `sequence`: is required",
+        ),
+        (
+            event(
+                "o",
+                "LOAN_OPENED",
+                T,
+                json!({"principalMinor": 1, "currency": "EUR", "creditLimitMinor": -5}),
+            ),
+            "field `creditLimitMinor`: must be an integer of minor units",
+        ),
+    ];
+    for (body, want) in cases {
+        let body = body.to_string();
+        let got = rejection(&body);
+        assert!(
+            got.starts_with(want),
+            "for {body}\n  got:  {got}\n  want: {want}…"
+        );
+    }
+}
+
+#[test]
+fn when_the_event_is_valid_should_decode_typed_values() {
+    let e = ServicingEvent::decode(payment().to_string().as_bytes()).expect("valid");
+    assert_eq!(e.source.to_string(), "test:p1");
+    assert_eq!(e.account_id.as_str(), "acc_1");
+    assert_eq!(e.business_date().to_string(), "2026-10-20");
+    match e.kind {
+        EventKind::PaymentSettled { amount } => {
+            assert_eq!(amount.minor(), 25000);
+            assert_eq!(amount.currency.as_str(), "EUR");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Unknown extra fields are tolerated (forward compatible) and do not enter the fingerprint.
+    let mut extended = payment();
+    extended["comment"] = json!("from batch 7");
+    assert!(ServicingEvent::decode(extended.to_string().as_bytes()).is_ok());
+}

@@ -1,0 +1,305 @@
+//! The contract's business rules, one scenario each.
+
+mod common;
+
+use common::{event, opened};
+use serde_json::{Value, json};
+use servicing_domain::{Bucket, Disposition, Ledger, ServicingEvent, apply, outbox::detail_types};
+
+fn ingest_all(ledger: &mut Ledger, events: &[Value]) -> Vec<Disposition> {
+    events
+        .iter()
+        .map(|e| ledger.ingest(e.to_string().as_bytes()))
+        .collect()
+}
+
+fn account(ledger: &Ledger) -> servicing_domain::LoanAccount {
+    let id = servicing_domain::AccountId::parse("acc_1").expect("id");
+    ledger.account(&id).expect("account exists").clone()
+}
+
+fn pay(id: &str, time: &str, amount: i64) -> Value {
+    event(
+        id,
+        "PAYMENT_SETTLED",
+        time,
+        json!({"amountMinor": amount, "currency": "EUR"}),
+    )
+}
+
+fn reverse(id: &str, time: &str, amount: i64, of: &str) -> Value {
+    event(
+        id,
+        "PAYMENT_REVERSED",
+        time,
+        json!({"amountMinor": amount, "currency": "EUR",
+               "reversalOf": {"sourceSystem": "test", "sourceEventId": of}}),
+    )
+}
+
+fn due(no: u32, due_date: &str, principal: i64, interest: i64) -> Value {
+    event(
+        &format!("due-{no}"),
+        "INSTALLMENT_DUE",
+        &format!("{due_date}T00:00:00Z"),
+        json!({"installmentNo": no, "dueDate": due_date, "principalMinor": principal, "interestMinor": interest}),
+    )
+}
+
+fn quarantine_reason(d: &Disposition) -> &str {
+    match d {
+        Disposition::Quarantined { reason } => reason,
+        other => panic!("expected quarantine, got {other:?}"),
+    }
+}
+
+#[test]
+fn when_a_reversal_arrives_before_its_payment_should_defer_then_apply_on_redelivery() {
+    let mut ledger = Ledger::new();
+    let stream = [
+        opened("2026-09-01T00:00:00Z", 100_000).to_string(),
+        reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p1").to_string(),
+        pay("p1", "2026-09-02T00:00:00Z", 5_000).to_string(),
+    ];
+    ledger.replay(stream.iter().map(|s| s.as_bytes()), 3);
+    let c = ledger.counts();
+    assert_eq!((c.applied, c.deferred, c.quarantined), (3, 1, 0));
+    assert_eq!(account(&ledger).principal_outstanding_minor, 100_000);
+}
+
+#[test]
+fn when_the_reversal_target_never_arrives_should_quarantine_after_the_budget() {
+    let mut ledger = Ledger::new();
+    let stream = [
+        opened("2026-09-01T00:00:00Z", 100_000).to_string(),
+        reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p-missing").to_string(),
+    ];
+    ledger.replay(stream.iter().map(|s| s.as_bytes()), 4);
+    let c = ledger.counts();
+    assert_eq!(
+        (c.applied, c.deferred, c.quarantined, c.received),
+        (1, 3, 1, 5)
+    );
+    assert!(
+        ledger.quarantine()[0]
+            .reason
+            .contains("reversal_target_missing")
+    );
+    assert!(
+        ledger.quarantine()[0].raw_body.contains("p-missing"),
+        "raw body is kept"
+    );
+}
+
+#[test]
+fn when_an_event_arrives_for_an_unopened_account_should_defer() {
+    let mut ledger = Ledger::new();
+    let d = ingest_all(&mut ledger, &[pay("p1", "2026-09-02T00:00:00Z", 5_000)]);
+    assert!(matches!(&d[0], Disposition::Deferred(why) if why.code() == "account_not_opened"));
+}
+
+#[test]
+fn when_a_payment_is_reversed_twice_by_different_reversals_should_quarantine_the_second() {
+    let mut ledger = Ledger::new();
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            pay("p1", "2026-09-02T00:00:00Z", 5_000),
+            reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p1"),
+            reverse("r2", "2026-09-04T00:00:00Z", 5_000, "p1"),
+            reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p1"),
+        ],
+    );
+    assert!(
+        quarantine_reason(&d[3])
+            .starts_with("already_reversed: payment test:p1 was already reversed by test:r1")
+    );
+    assert_eq!(d[4], Disposition::Duplicate);
+    assert_eq!(account(&ledger).principal_outstanding_minor, 100_000);
+}
+
+#[test]
+fn when_reversal_amount_or_currency_differs_should_quarantine() {
+    let mut ledger = Ledger::new();
+    let mut usd = reverse("r2", "2026-09-03T00:00:00Z", 5_000, "p1");
+    usd["currency"] = json!("USD");
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            pay("p1", "2026-09-02T00:00:00Z", 5_000),
+            reverse("r1", "2026-09-03T00:00:00Z", 4_000, "p1"),
+            usd,
+        ],
+    );
+    assert!(quarantine_reason(&d[2]).starts_with("reversal_amount_mismatch"));
+    assert!(
+        quarantine_reason(&d[3]).starts_with("currency_mismatch: currency USD differs from EUR")
+    );
+}
+
+#[test]
+fn when_the_same_identity_carries_another_payload_should_count_a_collision_and_keep_the_first() {
+    let mut ledger = Ledger::new();
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            pay("p1", "2026-09-02T00:00:00Z", 5_000),
+            pay("p1", "2026-09-02T00:00:00Z", 6_000),
+        ],
+    );
+    assert!(matches!(&d[2], Disposition::Collision { stored, received } if stored != received));
+    assert_eq!(account(&ledger).principal_outstanding_minor, 95_000);
+    let q = &ledger.quarantine()[0];
+    assert!(q.reason.starts_with("collision: stored sha256:"));
+    assert!(q.raw_body.contains("6000"));
+}
+
+#[test]
+fn when_limits_arrive_out_of_sequence_should_apply_only_newer_ones() {
+    let limit = |id: &str, seq: u64, amount: i64| {
+        event(
+            id,
+            "CREDIT_LIMIT_SET",
+            "2026-09-05T00:00:00Z",
+            json!({"creditLimitMinor": amount, "currency": "EUR", "sequence": seq}),
+        )
+    };
+    let mut ledger = Ledger::new();
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            limit("l3", 3, 300),
+            limit("l2", 2, 200),
+            limit("l3b", 3, 333),
+            limit("l4", 4, 400),
+        ],
+    );
+    assert_eq!(d[2], Disposition::Stale);
+    assert_eq!(d[3], Disposition::Stale);
+    assert_eq!(account(&ledger).credit_limit_minor, Some(400));
+}
+
+#[test]
+fn when_arrears_age_past_30_days_should_emit_delinquency_changes_and_cure_on_payment() {
+    let mut ledger = Ledger::new();
+    let interest = |id: &str, time: &str| {
+        event(
+            id,
+            "INTEREST_ACCRUED",
+            time,
+            json!({"amountMinor": 100, "currency": "EUR"}),
+        )
+    };
+    ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            due(1, "2026-10-01", 8_000, 1_000),
+            interest("i1", "2026-10-31T00:00:00Z"),   // dpd 30
+            interest("i2", "2026-12-01T00:00:00Z"),   // dpd 61
+            pay("p1", "2026-12-02T00:00:00Z", 5_000), // partial: installment still unpaid
+            pay("p2", "2026-12-03T00:00:00Z", 5_000), // pays it off
+        ],
+    );
+    let changes: Vec<(String, String, u64, String)> = ledger
+        .outbox()
+        .iter()
+        .filter(|e| e.detail_type == detail_types::DELINQUENCY_CHANGED)
+        .map(|e| {
+            (
+                e.payload["fromBucket"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e.payload["toBucket"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e.payload["dpd"].as_u64().unwrap_or_default(),
+                e.trigger.event_id.clone(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("CURRENT", "DPD_30_59", 30, "i1"),
+        ("DPD_30_59", "DPD_60_89", 61, "i2"),
+        ("DPD_60_89", "CURRENT", 0, "p2"),
+    ];
+    assert_eq!(changes.len(), expected.len(), "{changes:?}");
+    for (got, want) in changes.iter().zip(expected) {
+        assert_eq!(
+            (got.0.as_str(), got.1.as_str(), got.2, got.3.as_str()),
+            want
+        );
+    }
+    let a = account(&ledger);
+    assert_eq!((a.dpd, a.delinquency_bucket), (0, Bucket::Current));
+}
+
+#[test]
+fn when_a_reversal_undoes_an_installment_payment_should_restore_arrears() {
+    let mut ledger = Ledger::new();
+    ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            due(1, "2026-10-01", 8_000, 1_000),
+            pay("p1", "2026-10-05T00:00:00Z", 9_000),
+            reverse("r1", "2026-10-20T00:00:00Z", 9_000, "p1"),
+        ],
+    );
+    let a = account(&ledger);
+    assert_eq!(a.installments[0].paid_minor, 0);
+    assert_eq!((a.dpd, a.delinquency_bucket), (19, Bucket::Dpd1To29));
+    assert_eq!(a.interest_outstanding_minor, 1_000);
+}
+
+#[test]
+fn when_events_conflict_with_the_account_should_reject_with_a_code() {
+    let mut ledger = Ledger::new();
+    let mut second_open = opened("2026-09-02T00:00:00Z", 5);
+    second_open["sourceEventId"] = json!("open-again");
+    let mut usd_fee = event(
+        "f1",
+        "FEE_ASSESSED",
+        "2026-09-03T00:00:00Z",
+        json!({"amountMinor": 100, "currency": "USD", "feeType": "LATE_FEE"}),
+    );
+    let mut dup_installment = due(1, "2026-10-01", 1, 1);
+    dup_installment["sourceEventId"] = json!("due-1-again");
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            second_open,
+            due(1, "2026-10-01", 1, 1),
+            dup_installment,
+            {
+                usd_fee["accountId"] = json!("acc_1");
+                usd_fee
+            },
+        ],
+    );
+    assert!(quarantine_reason(&d[1]).starts_with("account_exists"));
+    assert!(quarantine_reason(&d[3]).starts_with("installment_exists"));
+    assert!(quarantine_reason(&d[4]).starts_with("currency_mismatch"));
+}
+
+#[test]
+fn when_an_outcome_is_recomputed_should_mint_the_same_outbox_ids() {
+    let e = ServicingEvent::decode(opened("2026-09-01T00:00:00Z", 1).to_string().as_bytes())
+        .expect("valid");
+    let ids = |o: servicing_domain::Outcome| match o {
+        servicing_domain::Outcome::Applied(a) => a
+            .outbox
+            .iter()
+            .map(|e| e.event_id.clone())
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(ids(apply(None, &e, None)), ids(apply(None, &e, None)));
+}
