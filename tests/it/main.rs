@@ -1,1 +1,3 @@
-fn main() {}
+//! Integration tests against the local engines (one test binary, one module per concern).
+
+mod engines;

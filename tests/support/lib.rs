@@ -1,1 +1,60 @@
-pub fn placeholder() {}
+//! Test support: which local engine to talk to, and SDK clients for it.
+//!
+//! Endpoints come from `.local/engines.env` (written by `infra/engines.sh start`; the test
+//! command `infra/test.sh` exports it). A missing variable fails the test loudly: a suite that
+//! silently skipped its engine tests would prove nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use aws_config::{Region, SdkConfig};
+use aws_sdk_dynamodb::config::Credentials;
+
+/// A local engine under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// AWS's own DynamoDB engine: the reference for DynamoDB semantics.
+    DynamoDbLocal,
+    /// LocalStack-compatible emulator of the whole stack.
+    MiniStack,
+}
+
+impl Engine {
+    pub fn endpoint(self) -> String {
+        let var = match self {
+            Engine::DynamoDbLocal => "DYNAMODB_LOCAL_ENDPOINT",
+            Engine::MiniStack => "MINISTACK_ENDPOINT",
+        };
+        std::env::var(var).unwrap_or_else(|_| {
+            panic!("{var} is not set: start the engines with `infra/engines.sh start` and `source .local/engines.env`, or run `infra/test.sh`")
+        })
+    }
+
+    /// SDK configuration pointing every service at this engine, with dummy credentials.
+    pub async fn sdk_config(self) -> SdkConfig {
+        aws_setup::loader()
+            .endpoint_url(self.endpoint())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "local-engine"))
+            .load()
+            .await
+    }
+
+    pub async fn dynamodb(self) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::new(&self.sdk_config().await)
+    }
+}
+
+/// A name no other test (or earlier run against a long-lived engine) uses.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}

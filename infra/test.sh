@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite: starts the local engines (installing them on a fresh machine), runs every
+# test of the workspace against them, and stops the engines it started.
+#   infra/test.sh [cargo test args...]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+already_running=true
+for pidfile in .local/engines/ministack.pid .local/engines/dynamodb-local.pid; do
+  [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null || already_running=false
+done
+infra/engines.sh start >/dev/null
+# Engines this run started are stopped when it ends, whatever the outcome.
+$already_running || trap 'infra/engines.sh stop' EXIT
+
+set -a
+# shellcheck source=/dev/null
+source .local/engines.env
+set +a
+cargo test --workspace --locked "$@"
