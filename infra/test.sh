@@ -10,9 +10,9 @@ already_running=true
 for pidfile in .local/engines/ministack.pid .local/engines/dynamodb-local.pid; do
   [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null || already_running=false
 done
-infra/engines.sh start >/dev/null
-# Engines this run started are stopped when it ends, whatever the outcome.
+# Engines this run starts are stopped when it ends, whatever the outcome (also a failed start).
 $already_running || trap 'infra/engines.sh stop' EXIT
+infra/engines.sh start >/dev/null
 
 set -a
 # shellcheck source=/dev/null
