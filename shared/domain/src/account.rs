@@ -123,6 +123,7 @@ pub struct StoredAllocation {
     pub allocation: Allocation,
     pub installments_paid: Vec<InstallmentPayment>,
     pub applied_on: NaiveDate,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reversed_by: Option<SourceRef>,
 }
 

@@ -27,6 +27,7 @@ fn check_len(value: &str, max: usize) -> Result<(), RuleViolation> {
 
 /// Identity of a business fact: `(sourceSystem, sourceEventId)`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SourceRef {
     pub system: String,
     pub event_id: String,

@@ -1,0 +1,36 @@
+//! account-state Lambda: wiring only. Config is read and clients are built once per cold start;
+//! a missing setting fails the start loudly.
+
+// The batch future nests the SDK futures deeply; the default limit is too low for its layout.
+#![recursion_limit = "256"]
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use servicing_consumer::{AccountStateHandler, Config};
+use servicing_store::{LoanStore, StoreConfig};
+
+const CONSUMER: &str = "account-state";
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    // Honours AWS_LAMBDA_LOG_FORMAT=JSON and AWS_LAMBDA_LOG_LEVEL / RUST_LOG.
+    lambda_runtime::tracing::init_default_subscriber();
+
+    let config = Config::from_env()?;
+    let sdk = aws_setup::load().await;
+    let store = LoanStore::new(
+        aws_sdk_dynamodb::Client::new(&sdk),
+        StoreConfig {
+            table: config.table.clone(),
+            consumer: CONSUMER.to_owned(),
+            claim_retention: config.claim_retention,
+        },
+    );
+    let handler = AccountStateHandler::new(store, config);
+    let handler = &handler;
+
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<_, Error>(handler.handle(event.payload).await)
+    }))
+    .await
+}

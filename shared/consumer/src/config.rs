@@ -1,0 +1,118 @@
+//! Configuration, read once at cold start. Missing or malformed required settings fail the
+//! start loudly instead of falling back to a guess.
+
+use std::time::Duration;
+
+use servicing_store::DEFAULT_CLAIM_RETENTION;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The DynamoDB table (`TABLE_NAME`, required).
+    pub table: String,
+    /// How long a claim deduplicates (`CLAIM_RETENTION_DAYS`, default 35).
+    pub claim_retention: Duration,
+    /// Deliveries of a deferred event (account not opened, reversal before its payment) before
+    /// it is quarantined (`DEFERRAL_RECEIVE_BUDGET`, default 5). Keep it below the queue's
+    /// `maxReceiveCount`, or the DLQ gets the message first.
+    pub deferral_receive_budget: u32,
+    /// Commits tried per event when other writers win (`MAX_COMMIT_ATTEMPTS`, default 5).
+    pub max_commit_attempts: u32,
+    /// Base of the jittered backoff between those attempts (`CONFLICT_BACKOFF_MS`, default 10).
+    pub conflict_backoff: Duration,
+    /// Accounts processed in parallel within a batch (`ACCOUNT_CONCURRENCY`, default 8).
+    pub account_concurrency: usize,
+    /// Account states kept warm between invocations (`STATE_CACHE_CAPACITY`, default 10000).
+    pub state_cache_capacity: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0} is required")]
+    Missing(&'static str),
+    #[error("{name} must be {rule}, got {value:?}")]
+    Invalid {
+        name: &'static str,
+        rule: &'static str,
+        value: String,
+    },
+}
+
+impl Config {
+    pub fn for_table(table: impl Into<String>) -> Self {
+        Self {
+            table: table.into(),
+            claim_retention: DEFAULT_CLAIM_RETENTION,
+            deferral_receive_budget: 5,
+            max_commit_attempts: 5,
+            conflict_backoff: Duration::from_millis(10),
+            account_concurrency: 8,
+            state_cache_capacity: 10_000,
+        }
+    }
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let table = get("TABLE_NAME")
+            .filter(|t| !t.is_empty())
+            .ok_or(ConfigError::Missing("TABLE_NAME"))?;
+        let mut config = Self::for_table(table);
+        let number =
+            |name: &'static str, default: u64, min: u64| -> Result<u64, ConfigError> {
+                match get(name) {
+                    None => Ok(default),
+                    Some(value) => value.parse::<u64>().ok().filter(|v| *v >= min).ok_or(
+                        ConfigError::Invalid {
+                            name,
+                            rule: "a whole number within range",
+                            value,
+                        },
+                    ),
+                }
+            };
+        config.claim_retention =
+            Duration::from_secs(number("CLAIM_RETENTION_DAYS", 35, 1)? * 86_400);
+        config.deferral_receive_budget = number("DEFERRAL_RECEIVE_BUDGET", 5, 1)? as u32;
+        config.max_commit_attempts = number("MAX_COMMIT_ATTEMPTS", 5, 1)? as u32;
+        config.conflict_backoff = Duration::from_millis(number("CONFLICT_BACKOFF_MS", 10, 0)?);
+        config.account_concurrency = number("ACCOUNT_CONCURRENCY", 8, 1)? as usize;
+        config.state_cache_capacity = number("STATE_CACHE_CAPACITY", 10_000, 0)? as usize;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_table_name_is_missing_should_fail() {
+        assert!(matches!(
+            Config::from_lookup(|_| None),
+            Err(ConfigError::Missing("TABLE_NAME"))
+        ));
+    }
+
+    #[test]
+    fn when_a_number_is_malformed_should_name_it() {
+        let err = Config::from_lookup(|k| match k {
+            "TABLE_NAME" => Some("t".into()),
+            "DEFERRAL_RECEIVE_BUDGET" => Some("five".into()),
+            _ => None,
+        })
+        .expect_err("malformed");
+        assert!(
+            err.to_string()
+                .starts_with("DEFERRAL_RECEIVE_BUDGET must be")
+        );
+    }
+
+    #[test]
+    fn when_only_the_table_is_set_should_use_the_defaults() {
+        let c = Config::from_lookup(|k| (k == "TABLE_NAME").then(|| "t".into())).expect("valid");
+        assert_eq!(c.claim_retention, DEFAULT_CLAIM_RETENTION);
+        assert_eq!(c.deferral_receive_budget, 5);
+    }
+}

@@ -1,0 +1,431 @@
+//! The account-state consumer: an SQS batch in, `batchItemFailures` out.
+//!
+//! Per batch: decode every message (bad input → quarantine, acknowledged), group by account,
+//! run accounts in parallel (bounded) and each account's events in batch order with the state
+//! carried between them. A failed event fails that account's later events in the batch too, so
+//! SQS redelivers them in order.
+
+mod cache;
+mod config;
+mod metrics;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use futures_util::StreamExt;
+use servicing_domain::{
+    AccountId, AllocationWrite, DecodeError, Fingerprint, Outcome, ServicingEvent, SourceRef, apply,
+};
+use servicing_store::{
+    CommitOutcome, Effect, LoanStore, QuarantineEntry, Snapshot, StoreError, UnitOfWork, Versioned,
+};
+
+pub use cache::StateCache;
+pub use config::{Config, ConfigError};
+pub use metrics::BatchCounts;
+
+/// What became of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageResult {
+    Applied,
+    Stale,
+    Duplicate,
+    /// Same identity, other payload: quarantined with both fingerprints, the first fact stands.
+    Collision,
+    /// Permanent problem (bad input, business rejection, spent retry budget): stored with the
+    /// raw body and reason, acknowledged.
+    Quarantined {
+        code: String,
+    },
+    /// Reported as a batch item failure: SQS delivers it again.
+    Retry {
+        reason: String,
+    },
+}
+
+/// The result of a batch: one entry per message (by message id) and the counts.
+#[derive(Debug, Default)]
+pub struct BatchReport {
+    pub results: Vec<(String, MessageResult)>,
+    pub counts: BatchCounts,
+}
+
+impl BatchReport {
+    pub fn response(&self) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        for (id, result) in &self.results {
+            if matches!(result, MessageResult::Retry { .. }) {
+                response.add_failure(id.clone());
+            }
+        }
+        response
+    }
+}
+
+/// A decoded message waiting for its account's turn.
+struct Pending<'a> {
+    message_id: &'a str,
+    body: &'a str,
+    receive_count: u32,
+    event: ServicingEvent,
+    fingerprint: Fingerprint,
+}
+
+#[derive(Debug)]
+pub struct AccountStateHandler {
+    store: LoanStore,
+    config: Config,
+    cache: StateCache,
+}
+
+impl AccountStateHandler {
+    pub fn new(store: LoanStore, config: Config) -> Self {
+        let cache = StateCache::new(config.state_cache_capacity);
+        Self {
+            store,
+            config,
+            cache,
+        }
+    }
+
+    /// The Lambda entry point: process, emit the metrics line, answer the failures.
+    pub async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
+        let report = self.process(&event.records).await;
+        report.counts.emit(self.store.consumer());
+        report.response()
+    }
+
+    pub async fn process(&self, messages: &[SqsMessage]) -> BatchReport {
+        let mut report = BatchReport::default();
+        let mut by_account: Vec<(AccountId, Vec<Pending<'_>>)> = Vec::new();
+        let mut index: HashMap<AccountId, usize> = HashMap::new();
+
+        for message in messages {
+            let message_id = message.message_id.as_deref().unwrap_or_default();
+            let body = message.body.as_deref().unwrap_or_default();
+            let receive_count = receive_count(message);
+            match ServicingEvent::decode(body.as_bytes()) {
+                Ok(event) => {
+                    let fingerprint = Fingerprint::of(&event);
+                    let slot = *index.entry(event.account_id.clone()).or_insert_with(|| {
+                        by_account.push((event.account_id.clone(), Vec::new()));
+                        by_account.len() - 1
+                    });
+                    by_account[slot].1.push(Pending {
+                        message_id,
+                        body,
+                        receive_count,
+                        event,
+                        fingerprint,
+                    });
+                }
+                Err(error) => {
+                    let result = self
+                        .quarantine_undecodable(message_id, body, receive_count, &error)
+                        .await;
+                    report.record(message_id, result);
+                }
+            }
+        }
+
+        let results: Vec<Vec<(String, MessageResult)>> = futures_util::stream::iter(by_account)
+            .map(|(account, pending)| self.process_account(account, pending))
+            .buffer_unordered(self.config.account_concurrency)
+            .collect()
+            .await;
+        for (id, result) in results.into_iter().flatten() {
+            report.record(&id, result);
+        }
+        report
+    }
+
+    #[tracing::instrument(skip_all, fields(account = %account, events = pending.len()))]
+    async fn process_account(
+        &self,
+        account: AccountId,
+        pending: Vec<Pending<'_>>,
+    ) -> Vec<(String, MessageResult)> {
+        let targets: Vec<SourceRef> = pending
+            .iter()
+            .filter_map(|p| p.event.reversal_target().cloned())
+            .collect();
+        // A warm cached state saves the read; reversals always read (their allocations).
+        let mut snapshot = match self.cache.get(&account) {
+            Some(cached) if targets.is_empty() => Some(Snapshot {
+                account: Some(cached),
+                allocations: HashMap::new(),
+            }),
+            _ => None,
+        };
+        let mut results = Vec::with_capacity(pending.len());
+        let mut blocked_by: Option<String> = None;
+        for p in &pending {
+            let result = match &blocked_by {
+                Some(first) => MessageResult::Retry {
+                    reason: format!("an earlier event of this account failed ({first})"),
+                },
+                None => self.process_one(p, &targets, &mut snapshot).await,
+            };
+            if let (None, MessageResult::Retry { .. }) = (&blocked_by, &result) {
+                blocked_by = Some(p.message_id.to_owned());
+            }
+            results.push((p.message_id.to_owned(), result));
+        }
+        match snapshot.and_then(|s| s.account) {
+            Some(state) => self.cache.put(state),
+            None => self.cache.forget(&account),
+        }
+        results
+    }
+
+    #[tracing::instrument(skip_all, fields(message_id = p.message_id, source = %p.event.source))]
+    async fn process_one(
+        &self,
+        p: &Pending<'_>,
+        targets: &[SourceRef],
+        snapshot: &mut Option<Snapshot>,
+    ) -> MessageResult {
+        for attempt in 0..self.config.max_commit_attempts {
+            if attempt > 0 {
+                tokio::time::sleep(backoff(attempt, self.config.conflict_backoff)).await;
+            }
+            if snapshot.is_none() {
+                let target_refs: Vec<&SourceRef> = targets.iter().collect();
+                match self.store.load(&p.event.account_id, &target_refs).await {
+                    Ok(loaded) => *snapshot = Some(loaded),
+                    Err(e) => return self.store_failure(p, e).await,
+                }
+            }
+            let Some(snap) = snapshot.as_mut() else {
+                continue;
+            };
+            let current = snap.account.as_ref();
+            let expected_version = current.map(|v| v.version);
+            let target = p
+                .event
+                .reversal_target()
+                .and_then(|t| snap.allocations.get(t));
+            let outcome = apply(current.map(|v| &v.account), &p.event, target);
+
+            let (effect, on_commit) = match &outcome {
+                Outcome::Applied(applied) => (Effect::Apply(applied), MessageResult::Applied),
+                Outcome::Stale { .. } => (Effect::Stale, MessageResult::Stale),
+                Outcome::Rejected(rejection) => (
+                    Effect::Reject(QuarantineEntry {
+                        message_id: p.message_id,
+                        raw_body: p.body,
+                        code: rejection.code,
+                        reason: &rejection.reason,
+                        source: Some(&p.event.source),
+                        account_id: Some(&p.event.account_id),
+                        stored_fingerprint: None,
+                        received_fingerprint: Some(&p.fingerprint),
+                        receive_count: Some(p.receive_count),
+                    }),
+                    MessageResult::Quarantined {
+                        code: rejection.code.to_owned(),
+                    },
+                ),
+                Outcome::Deferred(why) => return self.defer(p, why).await,
+            };
+            let unit = UnitOfWork {
+                source: &p.event.source,
+                account_id: &p.event.account_id,
+                fingerprint: &p.fingerprint,
+                expected_version,
+                effect,
+            };
+            match self.store.commit(&unit).await {
+                Ok(CommitOutcome::Committed) => {
+                    if let Outcome::Applied(applied) = outcome {
+                        let applied = *applied;
+                        match applied.allocation {
+                            Some(AllocationWrite::Record(stored)) => {
+                                snap.allocations.insert(stored.payment.clone(), stored);
+                            }
+                            Some(AllocationWrite::MarkReversed { payment, reversal }) => {
+                                if let Some(stored) = snap.allocations.get_mut(&payment) {
+                                    stored.reversed_by = Some(reversal);
+                                }
+                            }
+                            None => {}
+                        }
+                        snap.account = Some(Versioned {
+                            account: applied.account,
+                            version: expected_version.map_or(1, |v| v + 1),
+                        });
+                    }
+                    if let MessageResult::Quarantined { code } = &on_commit {
+                        tracing::warn!(code = %code, "business rejection quarantined");
+                    }
+                    return on_commit;
+                }
+                Ok(CommitOutcome::Duplicate) => return MessageResult::Duplicate,
+                Ok(CommitOutcome::Collision { stored }) => return self.collision(p, &stored).await,
+                Ok(CommitOutcome::VersionConflict)
+                | Ok(CommitOutcome::BusinessConditionFailed(_))
+                | Ok(CommitOutcome::Contended) => {
+                    tracing::info!(attempt, "concurrent change; re-reading");
+                    *snapshot = None;
+                }
+                Err(e) => {
+                    // The commit may or may not have happened (e.g. a lost response).
+                    *snapshot = None;
+                    return self.store_failure(p, e).await;
+                }
+            }
+        }
+        *snapshot = None;
+        MessageResult::Retry {
+            reason: format!(
+                "still conflicting after {} attempts",
+                self.config.max_commit_attempts
+            ),
+        }
+    }
+
+    /// Out-of-order delivery: retried by SQS until the receive budget is spent, then quarantined.
+    async fn defer(&self, p: &Pending<'_>, why: &servicing_domain::Deferral) -> MessageResult {
+        if p.receive_count < self.config.deferral_receive_budget {
+            return MessageResult::Retry {
+                reason: why.to_string(),
+            };
+        }
+        let reason = format!(
+            "retry budget spent after {} deliveries: {why}",
+            p.receive_count
+        );
+        let entry = QuarantineEntry {
+            message_id: p.message_id,
+            raw_body: p.body,
+            code: why.code(),
+            reason: &reason,
+            source: Some(&p.event.source),
+            account_id: Some(&p.event.account_id),
+            stored_fingerprint: None,
+            received_fingerprint: Some(&p.fingerprint),
+            receive_count: Some(p.receive_count),
+        };
+        self.quarantine(&entry).await
+    }
+
+    async fn collision(&self, p: &Pending<'_>, stored: &Fingerprint) -> MessageResult {
+        tracing::error!(
+            alert = "collision",
+            stored = %stored,
+            received = %p.fingerprint,
+            "same identity, different payload: the first fact stands"
+        );
+        let reason = format!(
+            "collision: {} was claimed with fingerprint {stored}, this payload has {}",
+            p.event.source, p.fingerprint
+        );
+        let entry = QuarantineEntry {
+            message_id: p.message_id,
+            raw_body: p.body,
+            code: "collision",
+            reason: &reason,
+            source: Some(&p.event.source),
+            account_id: Some(&p.event.account_id),
+            stored_fingerprint: Some(stored),
+            received_fingerprint: Some(&p.fingerprint),
+            receive_count: Some(p.receive_count),
+        };
+        match self.quarantine(&entry).await {
+            MessageResult::Quarantined { .. } => MessageResult::Collision,
+            other => other,
+        }
+    }
+
+    async fn quarantine_undecodable(
+        &self,
+        message_id: &str,
+        body: &str,
+        receive_count: u32,
+        error: &DecodeError,
+    ) -> MessageResult {
+        let reason = error.to_string();
+        let entry = QuarantineEntry {
+            message_id,
+            raw_body: body,
+            code: error.code(),
+            reason: &reason,
+            source: None,
+            account_id: None,
+            stored_fingerprint: None,
+            received_fingerprint: None,
+            receive_count: Some(receive_count),
+        };
+        self.quarantine(&entry).await
+    }
+
+    async fn quarantine(&self, entry: &QuarantineEntry<'_>) -> MessageResult {
+        match self.store.quarantine(entry).await {
+            Ok(()) => {
+                tracing::warn!(code = entry.code, reason = entry.reason, "quarantined");
+                MessageResult::Quarantined {
+                    code: entry.code.to_owned(),
+                }
+            }
+            Err(e) => MessageResult::Retry {
+                reason: format!("quarantine write failed: {e}"),
+            },
+        }
+    }
+
+    /// Transient store errors are retried by SQS. A request DynamoDB refuses as such (e.g. an
+    /// item over the size limit) will never succeed: quarantine it. Corrupt stored data needs
+    /// an operator: retry (and let the DLQ catch it) rather than guess.
+    async fn store_failure(&self, p: &Pending<'_>, error: StoreError) -> MessageResult {
+        match error {
+            StoreError::Rejected(reason) => {
+                tracing::error!(error = %reason, "DynamoDB refused the request");
+                let reason = format!("DynamoDB refused the request: {reason}");
+                let entry = QuarantineEntry {
+                    message_id: p.message_id,
+                    raw_body: p.body,
+                    code: "store_rejected",
+                    reason: &reason,
+                    source: Some(&p.event.source),
+                    account_id: Some(&p.event.account_id),
+                    stored_fingerprint: None,
+                    received_fingerprint: Some(&p.fingerprint),
+                    receive_count: Some(p.receive_count),
+                };
+                self.quarantine(&entry).await
+            }
+            other => {
+                tracing::warn!(error = %other, "will be retried");
+                MessageResult::Retry {
+                    reason: other.to_string(),
+                }
+            }
+        }
+    }
+}
+
+impl BatchReport {
+    fn record(&mut self, message_id: &str, result: MessageResult) {
+        self.counts.count(&result);
+        self.results.push((message_id.to_owned(), result));
+    }
+}
+
+fn receive_count(message: &SqsMessage) -> u32 {
+    message
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Exponential backoff with full jitter, from a cheap per-call random source.
+fn backoff(attempt: u32, base: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(attempt);
+    let cap = base.saturating_mul(1 << attempt.min(6));
+    let millis = cap.as_millis().max(1) as u64;
+    Duration::from_millis(hasher.finish() % millis)
+}

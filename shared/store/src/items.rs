@@ -1,0 +1,190 @@
+//! Key layout and explicit item mapping of the single servicing table (see `infra/schema.md`).
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use servicing_domain::{
+    AccountId, DomainEvent, Fingerprint, LoanAccount, SourceRef, StoredAllocation,
+};
+
+use crate::StoreError;
+
+pub type Item = HashMap<String, AttributeValue>;
+
+pub const PK: &str = "pk";
+pub const SK: &str = "sk";
+pub const ITEM_TYPE: &str = "itemType";
+pub const VERSION: &str = "version";
+pub const EXPIRES_AT: &str = "expiresAt";
+pub const FINGERPRINT: &str = "fingerprint";
+pub const VERDICT: &str = "verdict";
+pub const REVERSED_BY: &str = "reversedBy";
+
+pub fn s(value: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(value.into())
+}
+
+pub fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+/// `(pk, sk)` of a loan's state item.
+pub fn loan_key(account: &AccountId) -> (String, String) {
+    (format!("LOAN#{account}"), "STATE".to_owned())
+}
+
+/// Allocations live in the loan's partition, keyed by the payment's identity.
+pub fn allocation_key(account: &AccountId, payment: &SourceRef) -> (String, String) {
+    (
+        format!("LOAN#{account}"),
+        format!("ALLOC#{}#{}", payment.system, payment.event_id),
+    )
+}
+
+/// Claims are keyed by `(consumer, sourceSystem, sourceEventId)` and not by account, so a reused
+/// identity on another account is still caught as a collision. `sourceSystem` cannot contain
+/// `#` (contract charset), so the key is unambiguous even when `sourceEventId` does.
+pub fn claim_key(consumer: &str, source: &SourceRef) -> (String, String) {
+    (
+        format!("CLAIM#{consumer}#{}#{}", source.system, source.event_id),
+        "CLAIM".to_owned(),
+    )
+}
+
+pub fn outbox_key(event_id: &str) -> (String, String) {
+    (format!("OUTBOX#{event_id}"), "OUTBOX".to_owned())
+}
+
+/// Quarantine items are partitioned per consumer and day, sorted by time then message id.
+pub fn quarantine_key(
+    consumer: &str,
+    day: &str,
+    at_millis: i64,
+    message_id: &str,
+) -> (String, String) {
+    (
+        format!("QUARANTINE#{consumer}#{day}"),
+        format!("{at_millis:013}#{message_id}"),
+    )
+}
+
+pub fn key_item((pk, sk): (String, String)) -> Item {
+    HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
+}
+
+fn with_key(mut item: Item, key: (String, String), item_type: &str) -> Item {
+    item.extend(key_item(key));
+    item.insert(ITEM_TYPE.to_owned(), s(item_type));
+    item
+}
+
+pub fn loan_item(account: &LoanAccount, version: u64) -> Result<Item, StoreError> {
+    let item: Item = serde_dynamo::to_item(account).map_err(encode_error)?;
+    let mut item = with_key(item, loan_key(&account.account_id), "LOAN");
+    item.insert(VERSION.to_owned(), n(version));
+    Ok(item)
+}
+
+pub fn loan_from_item(item: Item) -> Result<(LoanAccount, u64), StoreError> {
+    let version = number(&item, VERSION)?;
+    let account = serde_dynamo::from_item(item).map_err(decode_error)?;
+    Ok((account, version))
+}
+
+pub fn allocation_item(allocation: &StoredAllocation) -> Result<Item, StoreError> {
+    let item: Item = serde_dynamo::to_item(allocation).map_err(encode_error)?;
+    Ok(with_key(
+        item,
+        allocation_key(&allocation.account_id, &allocation.payment),
+        "ALLOCATION",
+    ))
+}
+
+pub fn allocation_from_item(item: Item) -> Result<StoredAllocation, StoreError> {
+    serde_dynamo::from_item(item).map_err(decode_error)
+}
+
+pub fn source_ref_value(source: &SourceRef) -> Result<AttributeValue, StoreError> {
+    serde_dynamo::to_attribute_value(source).map_err(encode_error)
+}
+
+/// What a consumer decided about a fact, stored with its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Applied,
+    Stale,
+    Rejected,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Applied => "APPLIED",
+            Verdict::Stale => "STALE",
+            Verdict::Rejected => "REJECTED",
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn claim_item(
+    consumer: &str,
+    source: &SourceRef,
+    account: &AccountId,
+    fingerprint: &Fingerprint,
+    verdict: Verdict,
+    now: i64,
+    expires_at: i64,
+) -> Item {
+    let mut item = with_key(Item::new(), claim_key(consumer, source), "CLAIM");
+    item.insert("consumer".into(), s(consumer));
+    item.insert("sourceSystem".into(), s(&source.system));
+    item.insert("sourceEventId".into(), s(&source.event_id));
+    item.insert("accountId".into(), s(account.as_str()));
+    item.insert(FINGERPRINT.into(), s(fingerprint.as_str()));
+    item.insert(VERDICT.into(), s(verdict.as_str()));
+    item.insert("claimedAt".into(), n(now));
+    item.insert(EXPIRES_AT.into(), n(expires_at));
+    item
+}
+
+/// The EventBridge `source` of events emitted by a consumer.
+pub fn event_source(consumer: &str) -> String {
+    format!("servicing.{consumer}")
+}
+
+pub fn outbox_item(consumer: &str, event: &DomainEvent, now: i64, expires_at: i64) -> Item {
+    let mut item = with_key(Item::new(), outbox_key(&event.event_id), "OUTBOX");
+    item.insert("eventId".into(), s(&event.event_id));
+    item.insert("source".into(), s(event_source(consumer)));
+    item.insert("detailType".into(), s(&event.detail_type));
+    item.insert("accountId".into(), s(event.account_id.as_str()));
+    item.insert("detail".into(), s(event.detail().to_string()));
+    item.insert("createdAt".into(), n(now));
+    item.insert(EXPIRES_AT.into(), n(expires_at));
+    item
+}
+
+pub fn number(item: &Item, attribute: &str) -> Result<u64, StoreError> {
+    match item.get(attribute) {
+        Some(AttributeValue::N(v)) => v
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("{attribute} is not a whole number: {v}"))),
+        _ => Err(StoreError::Corrupt(format!("{attribute} is missing"))),
+    }
+}
+
+pub fn string<'a>(item: &'a Item, attribute: &str) -> Option<&'a str> {
+    match item.get(attribute) {
+        Some(AttributeValue::S(v)) => Some(v),
+        _ => None,
+    }
+}
+
+fn encode_error(e: serde_dynamo::Error) -> StoreError {
+    StoreError::Corrupt(format!("cannot encode item: {e}"))
+}
+
+fn decode_error(e: serde_dynamo::Error) -> StoreError {
+    StoreError::Corrupt(format!("cannot decode item: {e}"))
+}

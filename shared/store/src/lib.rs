@@ -1,0 +1,547 @@
+//! DynamoDB adapter of the servicing consumers.
+//!
+//! Every unit of work is ONE `TransactWriteItems`: the claim put, the version-checked loan write,
+//! the allocation write and the outbox items (or the quarantine item) commit together or not at
+//! all. A refused transaction is mapped from its `CancellationReasons` to a typed outcome; the
+//! claim's old item (returned with `ALL_OLD`) tells a duplicate from a collision without a read.
+
+mod faults;
+pub mod items;
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    CancellationReason, ConditionCheck, KeysAndAttributes, Put,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+use servicing_domain::{
+    AccountId, AllocationWrite, Applied, Fingerprint, LoanAccount, SourceRef, StoredAllocation,
+};
+
+pub use faults::{Fault, FaultPlan};
+use items::{Item, Verdict, n, s};
+
+/// Default retention of idempotency claims: longer than any replay an operator may run.
+pub const DEFAULT_CLAIM_RETENTION: Duration = Duration::from_secs(35 * 24 * 3600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Throttling, timeouts, 5xx, connection trouble: retry the message later.
+    #[error("transient DynamoDB failure: {0}")]
+    Transient(String),
+    /// The request itself is wrong (validation, item too large, access denied): retrying the
+    /// same message will not help.
+    #[error("DynamoDB rejected the request: {0}")]
+    Rejected(String),
+    /// Stored data that does not decode: an operator must look.
+    #[error("stored item is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Transient(_))
+    }
+}
+
+/// A loan account with the version its item carries (optimistic concurrency).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    pub account: LoanAccount,
+    pub version: u64,
+}
+
+/// What one consistent read of an account returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub account: Option<Versioned>,
+    pub allocations: HashMap<SourceRef, StoredAllocation>,
+}
+
+/// The effect a unit of work commits next to its claim.
+#[derive(Debug)]
+pub enum Effect<'a> {
+    /// Apply: the loan write, the allocation write and the outbox items.
+    Apply(&'a Applied),
+    /// Stale set-state event: only the claim.
+    Stale,
+    /// A business rejection: the claim and the quarantine item.
+    Reject(QuarantineEntry<'a>),
+}
+
+/// One fact's unit of work.
+#[derive(Debug)]
+pub struct UnitOfWork<'a> {
+    pub source: &'a SourceRef,
+    pub account_id: &'a AccountId,
+    pub fingerprint: &'a Fingerprint,
+    /// The loan version the judgment was made against (`None`: the account did not exist).
+    /// Every effect is conditioned on it, so no verdict rests on a state that has moved on.
+    pub expected_version: Option<u64>,
+    pub effect: Effect<'a>,
+}
+
+/// How a commit ended, when DynamoDB answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Everything was written; for `Apply` the loan is now at `expected_version + 1`.
+    Committed,
+    /// The fact was claimed before with the same fingerprint: nothing to do.
+    Duplicate,
+    /// The fact was claimed before with another payload: the first one stands.
+    Collision { stored: Fingerprint },
+    /// Another writer changed the loan first: re-read, recompute, retry.
+    VersionConflict,
+    /// The allocation was changed concurrently (e.g. reversed by another reversal): re-read,
+    /// recompute (which will see the new state), retry.
+    BusinessConditionFailed(String),
+    /// DynamoDB cancelled the transaction because another transaction touched the same items
+    /// (`TransactionConflict`): retry.
+    Contended,
+}
+
+/// A message that will not be applied, as stored for operators.
+#[derive(Debug, Clone)]
+pub struct QuarantineEntry<'a> {
+    pub message_id: &'a str,
+    pub raw_body: &'a str,
+    pub code: &'a str,
+    pub reason: &'a str,
+    pub source: Option<&'a SourceRef>,
+    pub account_id: Option<&'a AccountId>,
+    pub stored_fingerprint: Option<&'a Fingerprint>,
+    pub received_fingerprint: Option<&'a Fingerprint>,
+    pub receive_count: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub table: String,
+    /// The consumer name scoping claims (e.g. `account-state`).
+    pub consumer: String,
+    pub claim_retention: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoanStore {
+    client: Client,
+    config: StoreConfig,
+    faults: FaultPlan,
+}
+
+fn now_epoch() -> (i64, i64) {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (since.as_secs() as i64, since.as_millis() as i64)
+}
+
+impl LoanStore {
+    pub fn new(client: Client, config: StoreConfig) -> Self {
+        Self {
+            client,
+            config,
+            faults: FaultPlan::default(),
+        }
+    }
+
+    /// A store whose commits first consult `faults` (tests inject throttling, conflicts and lost
+    /// responses through it; no local engine produces them).
+    pub fn with_faults(mut self, faults: FaultPlan) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    pub fn consumer(&self) -> &str {
+        &self.config.consumer
+    }
+
+    pub fn table(&self) -> &str {
+        &self.config.table
+    }
+
+    /// One consistent read of the account and, in the same request, the stored allocations of
+    /// `payments` (the targets of reversals in the batch).
+    #[tracing::instrument(skip_all, fields(account = %account_id))]
+    pub async fn load(
+        &self,
+        account_id: &AccountId,
+        payments: &[&SourceRef],
+    ) -> Result<Snapshot, StoreError> {
+        if payments.is_empty() {
+            let got = self
+                .client
+                .get_item()
+                .table_name(&self.config.table)
+                .set_key(Some(items::key_item(items::loan_key(account_id))))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(classify)?;
+            let account = got.item.map(Self::versioned).transpose()?;
+            return Ok(Snapshot {
+                account,
+                allocations: HashMap::new(),
+            });
+        }
+
+        let mut keys = vec![items::key_item(items::loan_key(account_id))];
+        keys.extend(
+            payments
+                .iter()
+                .map(|p| items::key_item(items::allocation_key(account_id, p))),
+        );
+        keys.dedup();
+        let mut snapshot = Snapshot::default();
+        let mut request = KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .consistent_read(true)
+            .build()
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        // BatchGetItem may return part of the keys as unprocessed: ask again for those.
+        for _ in 0..5 {
+            let got = self
+                .client
+                .batch_get_item()
+                .request_items(&self.config.table, request)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in got
+                .responses
+                .and_then(|mut r| r.remove(&self.config.table))
+                .unwrap_or_default()
+            {
+                if items::string(&item, items::ITEM_TYPE) == Some("LOAN") {
+                    snapshot.account = Some(Self::versioned(item)?);
+                } else {
+                    let allocation = items::allocation_from_item(item)?;
+                    snapshot
+                        .allocations
+                        .insert(allocation.payment.clone(), allocation);
+                }
+            }
+            match got
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(&self.config.table))
+            {
+                Some(rest) if !rest.keys.is_empty() => request = rest,
+                _ => return Ok(snapshot),
+            }
+        }
+        Err(StoreError::Transient(
+            "BatchGetItem kept returning unprocessed keys".into(),
+        ))
+    }
+
+    fn versioned(item: Item) -> Result<Versioned, StoreError> {
+        let (account, version) = items::loan_from_item(item)?;
+        Ok(Versioned { account, version })
+    }
+
+    /// Commits one unit of work as ONE `TransactWriteItems`.
+    #[tracing::instrument(skip_all, fields(source = %unit.source))]
+    pub async fn commit(&self, unit: &UnitOfWork<'_>) -> Result<CommitOutcome, StoreError> {
+        let fault = self.faults.next();
+        if let Some(injected) = fault.before_commit() {
+            return injected;
+        }
+        let (now, now_millis) = now_epoch();
+        let expires_at = now + self.config.claim_retention.as_secs() as i64;
+        let verdict = match unit.effect {
+            Effect::Apply(_) => Verdict::Applied,
+            Effect::Stale => Verdict::Stale,
+            Effect::Reject(_) => Verdict::Rejected,
+        };
+        let claim = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(items::claim_item(
+                &self.config.consumer,
+                unit.source,
+                unit.account_id,
+                unit.fingerprint,
+                verdict,
+                now,
+                expires_at,
+            )))
+            // A claim past its stored expiry no longer counts, whether or not TTL deleted it yet.
+            .condition_expression("attribute_not_exists(pk) OR expiresAt < :now")
+            .expression_attribute_values(":now", n(now))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let mut writes = vec![TransactWriteItem::builder().put(claim).build()];
+
+        match &unit.effect {
+            Effect::Apply(applied) => {
+                writes.push(self.loan_write(&applied.account, unit.expected_version)?);
+                if let Some(allocation) = &applied.allocation {
+                    writes.push(self.allocation_write(unit.account_id, allocation)?);
+                }
+                for event in &applied.outbox {
+                    let put = Put::builder()
+                        .table_name(&self.config.table)
+                        .set_item(Some(items::outbox_item(
+                            &self.config.consumer,
+                            event,
+                            now,
+                            expires_at,
+                        )))
+                        .build()
+                        .map_err(|e| StoreError::Rejected(e.to_string()))?;
+                    writes.push(TransactWriteItem::builder().put(put).build());
+                }
+            }
+            Effect::Stale | Effect::Reject(_) => {
+                writes.push(self.version_check(unit.account_id, unit.expected_version)?);
+                if let Effect::Reject(entry) = &unit.effect {
+                    writes.push(self.quarantine_put(entry, now_millis)?);
+                }
+            }
+        }
+
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(writes))
+            .send()
+            .await;
+        let outcome = match result {
+            Ok(_) => CommitOutcome::Committed,
+            Err(e) => match e.into_service_error() {
+                TransactWriteItemsError::TransactionCanceledException(cancelled) => {
+                    map_cancellation(cancelled.cancellation_reasons(), unit.fingerprint)?
+                }
+                other => return Err(classify_service(other)),
+            },
+        };
+        fault.after_commit(outcome)
+    }
+
+    /// Item 1 of a claim-only transaction: the loan is still at the judged version (or absent).
+    fn version_check(
+        &self,
+        account_id: &AccountId,
+        expected_version: Option<u64>,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let check = ConditionCheck::builder()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::loan_key(account_id))));
+        let check = match expected_version {
+            None => check.condition_expression("attribute_not_exists(pk)"),
+            Some(version) => check
+                .condition_expression("#version = :expected")
+                .expression_attribute_names("#version", items::VERSION)
+                .expression_attribute_values(":expected", n(version)),
+        };
+        let check = check
+            .build()
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        Ok(TransactWriteItem::builder().condition_check(check).build())
+    }
+
+    fn loan_write(
+        &self,
+        account: &LoanAccount,
+        expected_version: Option<u64>,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let next_version = expected_version.map_or(1, |v| v + 1);
+        let put = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(items::loan_item(account, next_version)?));
+        let put = match expected_version {
+            None => put.condition_expression("attribute_not_exists(pk)"),
+            Some(version) => put
+                .condition_expression("#version = :expected")
+                .expression_attribute_names("#version", items::VERSION)
+                .expression_attribute_values(":expected", n(version)),
+        };
+        let put = put
+            .build()
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    fn allocation_write(
+        &self,
+        account_id: &AccountId,
+        write: &AllocationWrite,
+    ) -> Result<TransactWriteItem, StoreError> {
+        match write {
+            AllocationWrite::Record(stored) => {
+                let put = Put::builder()
+                    .table_name(&self.config.table)
+                    .set_item(Some(items::allocation_item(stored)?))
+                    .condition_expression("attribute_not_exists(pk)")
+                    .build()
+                    .map_err(|e| StoreError::Rejected(e.to_string()))?;
+                Ok(TransactWriteItem::builder().put(put).build())
+            }
+            AllocationWrite::MarkReversed { payment, reversal } => {
+                let update = Update::builder()
+                    .table_name(&self.config.table)
+                    .set_key(Some(items::key_item(items::allocation_key(
+                        account_id, payment,
+                    ))))
+                    .update_expression("SET #reversedBy = :reversal")
+                    .condition_expression(
+                        "attribute_exists(pk) AND attribute_not_exists(#reversedBy)",
+                    )
+                    .expression_attribute_names("#reversedBy", items::REVERSED_BY)
+                    .expression_attribute_values(":reversal", items::source_ref_value(reversal)?)
+                    .build()
+                    .map_err(|e| StoreError::Rejected(e.to_string()))?;
+                Ok(TransactWriteItem::builder().update(update).build())
+            }
+        }
+    }
+
+    fn quarantine_put(
+        &self,
+        entry: &QuarantineEntry<'_>,
+        now_millis: i64,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let put = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(self.quarantine_item(entry, now_millis)))
+            .build()
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    fn quarantine_item(&self, entry: &QuarantineEntry<'_>, now_millis: i64) -> Item {
+        let day = chrono::DateTime::from_timestamp_millis(now_millis)
+            .map(|t| t.format("%Y-%m-%d").to_string())
+            .unwrap_or_default();
+        let mut item = items::key_item(items::quarantine_key(
+            &self.config.consumer,
+            &day,
+            now_millis,
+            entry.message_id,
+        ));
+        item.insert(items::ITEM_TYPE.into(), s("QUARANTINE"));
+        item.insert("consumer".into(), s(&self.config.consumer));
+        item.insert("messageId".into(), s(entry.message_id));
+        item.insert("rawBody".into(), s(entry.raw_body));
+        item.insert("code".into(), s(entry.code));
+        item.insert("reason".into(), s(entry.reason));
+        item.insert("quarantinedAt".into(), n(now_millis));
+        if let Some(source) = entry.source {
+            item.insert("sourceSystem".into(), s(&source.system));
+            item.insert("sourceEventId".into(), s(&source.event_id));
+        }
+        if let Some(account) = entry.account_id {
+            item.insert("accountId".into(), s(account.as_str()));
+        }
+        if let Some(fp) = entry.stored_fingerprint {
+            item.insert("storedFingerprint".into(), s(fp.as_str()));
+        }
+        if let Some(fp) = entry.received_fingerprint {
+            item.insert("receivedFingerprint".into(), s(fp.as_str()));
+        }
+        if let Some(count) = entry.receive_count {
+            item.insert("receiveCount".into(), n(count));
+        }
+        item
+    }
+
+    /// Stores a quarantine item on its own (undecodable input, collisions, spent retry budgets:
+    /// nothing to claim). Written with a plain put: a redelivered message gets a second record
+    /// rather than none.
+    #[tracing::instrument(skip_all, fields(code = entry.code))]
+    pub async fn quarantine(&self, entry: &QuarantineEntry<'_>) -> Result<(), StoreError> {
+        let (_, now_millis) = now_epoch();
+        self.client
+            .put_item()
+            .table_name(&self.config.table)
+            .set_item(Some(self.quarantine_item(entry, now_millis)))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+}
+
+/// Maps the reasons of a cancelled transaction. The claim is item 0, the loan item 1, the
+/// allocation (if any) item 2; claim-only transactions check the loan version as item 1. A refused claim wins over everything else: the fact was judged.
+fn map_cancellation(
+    reasons: &[CancellationReason],
+    fingerprint: &Fingerprint,
+) -> Result<CommitOutcome, StoreError> {
+    let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+    if code(0) == "ConditionalCheckFailed" {
+        let stored = reasons[0]
+            .item()
+            .and_then(|item| items::string(item, items::FINGERPRINT))
+            .map(|f| Fingerprint::from_stored(f.to_owned()))
+            .ok_or_else(|| {
+                StoreError::Corrupt("refused claim came back without its fingerprint".into())
+            })?;
+        return Ok(if &stored == fingerprint {
+            CommitOutcome::Duplicate
+        } else {
+            CommitOutcome::Collision { stored }
+        });
+    }
+    if code(1) == "ConditionalCheckFailed" {
+        return Ok(CommitOutcome::VersionConflict);
+    }
+    if code(2) == "ConditionalCheckFailed" {
+        return Ok(CommitOutcome::BusinessConditionFailed(
+            "allocation condition failed".into(),
+        ));
+    }
+    let codes: Vec<&str> = (0..reasons.len()).map(code).collect();
+    if codes.contains(&"TransactionConflict") {
+        return Ok(CommitOutcome::Contended);
+    }
+    if codes.iter().any(|c| {
+        matches!(
+            *c,
+            "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded"
+        )
+    }) {
+        return Err(StoreError::Transient(format!(
+            "transaction throttled: {codes:?}"
+        )));
+    }
+    Err(StoreError::Rejected(format!(
+        "transaction cancelled: {codes:?}"
+    )))
+}
+
+/// Throttling, 5xx, timeouts and connection failures are transient; the rest is not.
+fn classify<E, R>(error: SdkError<E, R>) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+{
+    match error {
+        SdkError::ServiceError(e) => classify_service(e.into_err()),
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            StoreError::Transient(format!("{error:?}"))
+        }
+        other => StoreError::Rejected(format!("{other:?}")),
+    }
+}
+
+fn classify_service<E>(error: E) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error,
+{
+    let code = error.code().unwrap_or("Unknown").to_owned();
+    let message = format!("{code}: {}", error.message().unwrap_or_default());
+    match code.as_str() {
+        "ProvisionedThroughputExceededException"
+        | "ThrottlingException"
+        | "RequestLimitExceeded"
+        | "InternalServerError"
+        | "ServiceUnavailable"
+        | "TransactionInProgressException" => StoreError::Transient(message),
+        _ => StoreError::Rejected(message),
+    }
+}
