@@ -1,3 +1,4 @@
 //! Integration tests against the local engines (one test binary, one module per concern).
 
+mod account_state;
 mod engines;

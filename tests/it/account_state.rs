@@ -1,0 +1,992 @@
+//! The account-state consumer against real DynamoDB engines. Every scenario runs on DynamoDB
+//! Local (the reference) and on MiniStack: both engines must agree.
+
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use integration_tests::Engine;
+use integration_tests::servicing::{Servicing, assert_state_matches, attr_s, fixture, sqs_message};
+use serde_json::{Value, json};
+use servicing_consumer::{BatchCounts, MessageResult};
+use servicing_store::{Fault, FaultPlan};
+
+/// Generates one `#[tokio::test]` per engine for a scenario `async fn(Engine)`.
+macro_rules! on_both_engines {
+    ($($scenario:ident),* $(,)?) => {
+        mod dynamodb_local {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::DynamoDbLocal).await; })*
+        }
+        mod ministack {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::MiniStack).await; })*
+        }
+    };
+}
+
+on_both_engines!(
+    when_the_basic_sample_is_delivered_should_reach_the_expected_state,
+    when_duplicates_are_injected_at_random_should_reach_the_same_state,
+    when_16_instances_deliver_the_same_event_should_apply_it_once,
+    when_two_events_of_one_account_race_should_apply_both_with_consecutive_versions,
+    when_an_identity_is_reused_with_another_payload_should_quarantine_the_collision,
+    when_bad_input_arrives_should_quarantine_each_with_a_specific_reason,
+    when_the_commit_fails_before_it_is_sent_should_write_nothing_and_apply_on_redelivery,
+    when_the_response_is_lost_after_the_commit_should_count_the_redelivery_as_duplicate,
+    when_dynamodb_reports_a_transaction_conflict_should_retry_in_place,
+    when_an_event_fails_should_fail_the_later_events_of_its_account_only,
+    when_counting_requests_should_cost_one_transaction_per_event_and_one_request_per_duplicate,
+);
+
+fn lines(stream: &str) -> Vec<String> {
+    stream
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Rewrites the identities and account of a stream so each run gets its own facts.
+fn namespaced(line: &str, run: &str) -> String {
+    let mut v: Value = serde_json::from_str(line).expect("json");
+    let suffix = |v: &mut Value, field: &str| {
+        if let Some(s) = v[field].as_str() {
+            v[field] = json!(format!("{s}-{run}"));
+        }
+    };
+    suffix(&mut v, "sourceEventId");
+    suffix(&mut v, "accountId");
+    if v.get("reversalOf").is_some() {
+        suffix(&mut v["reversalOf"], "sourceEventId");
+    }
+    v.to_string()
+}
+
+fn expected_basic(run: &str) -> Value {
+    let mut expected: Value = serde_json::from_str(&fixture("basic.expected.json")).expect("json");
+    let rename = |s: &str| {
+        let (system, id) = s.split_once(':').expect("sys:id");
+        format!("{system}:{id}-{run}")
+    };
+    expected["accountId"] = json!(format!("acc_4002-{run}"));
+    let allocations: serde_json::Map<String, Value> = expected["allocations"]
+        .as_object()
+        .expect("allocations")
+        .iter()
+        .map(|(k, v)| (rename(k), v.clone()))
+        .collect();
+    expected["allocations"] = Value::Object(allocations);
+    for change in expected["delinquencyChanges"]
+        .as_array_mut()
+        .expect("changes")
+    {
+        let trigger = rename(change["trigger"].as_str().expect("trigger"));
+        change["trigger"] = json!(trigger);
+    }
+    expected
+}
+
+async fn deliver(
+    handler: &servicing_consumer::AccountStateHandler,
+    batch: &[(String, String)],
+) -> Vec<(String, MessageResult)> {
+    let messages: Vec<_> = batch
+        .iter()
+        .map(|(id, body)| sqs_message(id, body, 1))
+        .collect();
+    handler.process(&messages).await.results
+}
+
+fn tally(results: &[(String, MessageResult)]) -> BatchCounts {
+    let mut counts = BatchCounts::default();
+    for (_, r) in results {
+        match r {
+            MessageResult::Applied => counts.applied += 1,
+            MessageResult::Stale => counts.stale += 1,
+            MessageResult::Duplicate => counts.duplicate += 1,
+            MessageResult::Collision => counts.collision += 1,
+            MessageResult::Quarantined { .. } => counts.quarantined += 1,
+            MessageResult::Retry { .. } => counts.retried += 1,
+        }
+    }
+    counts
+}
+
+async fn when_the_basic_sample_is_delivered_should_reach_the_expected_state(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let batch: Vec<(String, String)> = lines(&fixture("basic.jsonl"))
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (format!("m{i}"), namespaced(l, "one")))
+        .collect();
+    let results = deliver(&handler, &batch).await;
+    let counts = tally(&results);
+    assert_eq!(
+        (
+            counts.applied,
+            counts.stale,
+            counts.duplicate,
+            counts.quarantined
+        ),
+        (9, 1, 0, 0),
+        "{results:?}"
+    );
+    let report = servicing.account_report("acc_4002-one").await;
+    assert_state_matches(&report, &expected_basic("one"), &format!("{engine:?}"));
+    let (_, version) = servicing.loan("acc_4002-one").await.expect("loan");
+    assert_eq!(version, 9, "one version per applied event");
+}
+
+/// xorshift64: reproducible randomness without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % bound.max(1) as u64) as usize
+    }
+}
+
+async fn when_duplicates_are_injected_at_random_should_reach_the_same_state(engine: Engine) {
+    const RUNS: u64 = 100;
+    let servicing = Servicing::new(engine).await;
+    let originals = lines(&fixture("basic.jsonl"));
+    let runs = (0..RUNS).map(|seed| {
+        let servicing = &servicing;
+        let originals = &originals;
+        async move {
+            let run = format!("s{seed}");
+            let mut rng = Rng(seed * 7919 + 1);
+            // Each copy lands somewhere after its original; some are re-serialised by a transport.
+            let mut delivered: Vec<(usize, String)> = originals
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i, namespaced(l, &run)))
+                .collect();
+            let copies = 1 + rng.below(12);
+            for c in 0..copies {
+                let line = rng.below(originals.len());
+                let first = delivered
+                    .iter()
+                    .position(|(i, _)| *i == line)
+                    .expect("present");
+                let at = first + 1 + rng.below(delivered.len() - first);
+                let mut body: Value =
+                    serde_json::from_str(&namespaced(&originals[line], &run)).expect("json");
+                if rng.below(2) == 0 {
+                    body["eventId"] = json!(format!("transport-{c}"));
+                }
+                delivered.insert(
+                    at,
+                    (line, serde_json::to_string_pretty(&body).expect("json")),
+                );
+            }
+            // A fresh Lambda instance per run, batches of random size (SQS allows up to 10).
+            let handler = servicing.handler();
+            let mut all = Vec::new();
+            let mut rest: &[(usize, String)] = &delivered;
+            let mut n = 0;
+            while !rest.is_empty() {
+                let size = (1 + rng.below(10)).min(rest.len());
+                let batch: Vec<(String, String)> = rest[..size]
+                    .iter()
+                    .map(|(_, b)| {
+                        n += 1;
+                        (format!("{run}-m{n}"), b.clone())
+                    })
+                    .collect();
+                all.extend(deliver(&handler, &batch).await);
+                rest = &rest[size..];
+            }
+            let counts = tally(&all);
+            assert_eq!(
+                (
+                    counts.applied,
+                    counts.stale,
+                    counts.duplicate,
+                    counts.retried,
+                    counts.quarantined
+                ),
+                (9, 1, copies as u64, 0, 0),
+                "run {run}: {all:?}"
+            );
+            let report = servicing.account_report(&format!("acc_4002-{run}")).await;
+            assert_state_matches(
+                &report,
+                &expected_basic(&run),
+                &format!("{engine:?} run {run}"),
+            );
+        }
+    });
+    // A few runs at a time: realistic concurrency without flooding the engine.
+    futures_util::stream::iter(runs)
+        .buffer_unordered(8)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+fn open_account(account: &str, principal: i64) -> String {
+    json!({"sourceSystem": "core-banking", "sourceEventId": format!("open-{account}"),
+           "eventType": "LOAN_OPENED", "accountId": account, "eventTime": "2026-09-01T09:00:00Z",
+           "principalMinor": principal, "currency": "EUR"})
+    .to_string()
+}
+
+fn payment(account: &str, id: &str, amount: i64) -> String {
+    json!({"sourceSystem": "psp", "sourceEventId": id, "eventType": "PAYMENT_SETTLED",
+           "accountId": account, "eventTime": "2026-09-10T10:00:00Z",
+           "amountMinor": amount, "currency": "EUR"})
+    .to_string()
+}
+
+async fn opened(servicing: &Servicing, account: &str, principal: i64) {
+    let results = deliver(
+        &servicing.handler(),
+        &[("open".into(), open_account(account, principal))],
+    )
+    .await;
+    assert_eq!(results[0].1, MessageResult::Applied);
+}
+
+async fn when_16_instances_deliver_the_same_event_should_apply_it_once(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let account = "acc_race_same";
+    opened(&servicing, account, 1_000_000).await;
+    for round in 1..=20 {
+        let body = payment(account, &format!("pmt-{round}"), 100 * round);
+        // 16 Lambda instances (own caches), the same message at the same time.
+        let handlers: Vec<_> = (0..16).map(|_| servicing.handler()).collect();
+        let results = join_all(handlers.iter().enumerate().map(|(i, h)| {
+            let batch = vec![(format!("r{round}-i{i}"), body.clone())];
+            async move { deliver(h, &batch).await }
+        }))
+        .await;
+        let all: Vec<_> = results.into_iter().flatten().collect();
+        let counts = tally(&all);
+        assert_eq!(counts.applied, 1, "round {round}: {all:?}");
+        assert_eq!(
+            counts.applied + counts.duplicate + counts.retried,
+            16,
+            "round {round}: {all:?}"
+        );
+    }
+    let (loan, version) = servicing.loan(account).await.expect("loan");
+    let paid: i64 = (1..=20).map(|r| 100 * r).sum();
+    assert_eq!(loan.principal_outstanding_minor, 1_000_000 - paid);
+    assert_eq!(version, 21);
+    assert_eq!(servicing.allocations(account).await.len(), 20);
+}
+
+async fn when_two_events_of_one_account_race_should_apply_both_with_consecutive_versions(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let account = "acc_race_two";
+    opened(&servicing, account, 1_000_000).await;
+    for round in 0..10 {
+        let (a, b) = (servicing.handler(), servicing.handler());
+        let first = vec![(
+            format!("a{round}"),
+            payment(account, &format!("a-{round}"), 1_000),
+        )];
+        let second = vec![(
+            format!("b{round}"),
+            payment(account, &format!("b-{round}"), 2_000),
+        )];
+        let (ra, rb) = tokio::join!(deliver(&a, &first), deliver(&b, &second));
+        assert_eq!(
+            (&ra[0].1, &rb[0].1),
+            (&MessageResult::Applied, &MessageResult::Applied),
+            "round {round}"
+        );
+    }
+    let (loan, version) = servicing.loan(account).await.expect("loan");
+    assert_eq!(
+        version, 21,
+        "open + 2 per round, no version skipped or reused"
+    );
+    assert_eq!(loan.principal_outstanding_minor, 1_000_000 - 10 * 3_000);
+}
+
+async fn when_an_identity_is_reused_with_another_payload_should_quarantine_the_collision(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    opened(&servicing, "acc_col_1", 100_000).await;
+    opened(&servicing, "acc_col_2", 100_000).await;
+    let handler = servicing.handler();
+    let first = payment("acc_col_1", "pmt-dup", 5_000);
+    let other_amount = payment("acc_col_1", "pmt-dup", 6_000);
+    // Same identity reused on another account: claims are not keyed by account, still caught.
+    let other_account = payment("acc_col_2", "pmt-dup", 5_000);
+    let results = deliver(
+        &handler,
+        &[("c1".into(), first), ("c2".into(), other_amount)],
+    )
+    .await;
+    assert_eq!(results[1].1, MessageResult::Collision);
+    let results = deliver(&handler, &[("c3".into(), other_account)]).await;
+    assert_eq!(results[0].1, MessageResult::Collision);
+
+    assert_eq!(
+        servicing
+            .loan("acc_col_1")
+            .await
+            .expect("loan")
+            .0
+            .principal_outstanding_minor,
+        95_000
+    );
+    assert_eq!(
+        servicing
+            .loan("acc_col_2")
+            .await
+            .expect("loan")
+            .0
+            .principal_outstanding_minor,
+        100_000
+    );
+    let quarantined = servicing.quarantine().await;
+    assert_eq!(quarantined.len(), 2);
+    for item in &quarantined {
+        assert_eq!(attr_s(item, "code"), Some("collision"));
+        let stored = attr_s(item, "storedFingerprint").expect("stored fingerprint");
+        let received = attr_s(item, "receivedFingerprint").expect("received fingerprint");
+        assert!(stored.starts_with("sha256:") && received.starts_with("sha256:"));
+        assert_ne!(stored, received);
+        assert!(
+            attr_s(item, "rawBody")
+                .expect("raw body")
+                .contains("pmt-dup")
+        );
+    }
+}
+
+/// One bad message: its body, how often SQS delivered it, the code and a piece of the reason.
+struct Bad {
+    body: String,
+    receive_count: u32,
+    code: &'static str,
+    reason: &'static str,
+}
+
+fn bad(body: impl Into<String>, code: &'static str, reason: &'static str) -> Bad {
+    Bad {
+        body: body.into(),
+        receive_count: 1,
+        code,
+        reason,
+    }
+}
+
+fn valid_payment() -> Value {
+    json!({"sourceSystem": "psp", "sourceEventId": "bad-base", "eventType": "PAYMENT_SETTLED",
+           "accountId": "acc_bad", "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR"})
+}
+
+fn varied(id: &str, changes: Value) -> String {
+    let mut v = valid_payment();
+    v["sourceEventId"] = json!(id);
+    for (k, val) in changes.as_object().expect("object") {
+        if val.is_null() {
+            v.as_object_mut().expect("object").remove(k);
+        } else {
+            v[k] = val.clone();
+        }
+    }
+    v.to_string()
+}
+
+fn bad_input_corpus() -> Vec<Bad> {
+    let f = "invalid_field";
+    let mut corpus = vec![
+        bad("", "not_json", "not valid UTF-8 JSON"),
+        bad("{", "not_json", "not valid UTF-8 JSON"),
+        bad("not json at all", "not_json", "not valid UTF-8 JSON"),
+        bad(r#"{"amountMinor": 1,}"#, "not_json", "not valid UTF-8 JSON"),
+        bad(r#"{"a":1} trailing"#, "not_json", "not valid UTF-8 JSON"),
+        bad("[]", "not_an_object", "must be a JSON object"),
+        bad("42", "not_an_object", "must be a JSON object"),
+        bad("null", "not_an_object", "must be a JSON object"),
+        bad(
+            varied("b1", json!({"sourceSystem": null})),
+            f,
+            "`sourceSystem`: is required",
+        ),
+        bad(
+            varied("b2", json!({"sourceSystem": "has space"})),
+            f,
+            "`sourceSystem`: must match",
+        ),
+        bad(
+            varied("b3", json!({"sourceSystem": "x".repeat(65)})),
+            f,
+            "`sourceSystem`: must be 1..64",
+        ),
+        bad(
+            varied("b4", json!({"sourceEventId": null})),
+            f,
+            "`sourceEventId`: is required",
+        ),
+        bad(
+            varied("b5", json!({"sourceEventId": "é"})),
+            f,
+            "`sourceEventId`: must be printable",
+        ),
+        bad(
+            varied("b6", json!({"eventType": null})),
+            f,
+            "`eventType`: is required",
+        ),
+        bad(
+            varied("b7", json!({"eventType": "PAYMENT_REFUNDED"})),
+            f,
+            "`eventType`: unknown event type",
+        ),
+        bad(
+            varied("b8", json!({"eventType": 3})),
+            f,
+            "`eventType`: must be a string",
+        ),
+        bad(
+            varied("b9", json!({"accountId": null})),
+            f,
+            "`accountId`: is required",
+        ),
+        bad(
+            varied("b10", json!({"accountId": "acc bad"})),
+            f,
+            "`accountId`: must match",
+        ),
+        bad(
+            varied("b11", json!({"eventTime": null})),
+            f,
+            "`eventTime`: is required",
+        ),
+        bad(
+            varied("b12", json!({"eventTime": "yesterday"})),
+            f,
+            "`eventTime`: must be an RFC 3339",
+        ),
+        bad(
+            varied("b13", json!({"eventTime": 1727000000})),
+            f,
+            "`eventTime`: must be a string",
+        ),
+        bad(
+            varied("b14", json!({"amountMinor": null})),
+            f,
+            "`amountMinor`: is required",
+        ),
+        bad(
+            varied("b15", json!({"amountMinor": -100})),
+            f,
+            "`amountMinor`: must be an integer of minor units",
+        ),
+        bad(
+            varied("b16", json!({"amountMinor": 100.5})),
+            f,
+            "`amountMinor`: must be an integer, not a fraction",
+        ),
+        bad(
+            varied("b17", json!({"amountMinor": "100"})),
+            f,
+            "`amountMinor`: must be an integer",
+        ),
+        bad(
+            varied("b18", json!({"amountMinor": 1_000_000_000_000_001_i64})),
+            f,
+            "`amountMinor`: must be an integer of minor units in 0..=10^15",
+        ),
+        bad(
+            varied("b19", json!({"amountMinor": u64::MAX})),
+            f,
+            "`amountMinor`: is too large",
+        ),
+        bad(
+            r#"{"sourceSystem":"psp","sourceEventId":"b20","eventType":"PAYMENT_SETTLED","accountId":"acc_bad","eventTime":"2026-09-10T10:00:00Z","amountMinor":1e30,"currency":"EUR"}"#,
+            f,
+            "`amountMinor`: must be an integer, not a fraction",
+        ),
+        bad(
+            varied("b21", json!({"currency": null})),
+            f,
+            "`currency`: is required",
+        ),
+        bad(
+            varied("b22", json!({"currency": "euro"})),
+            f,
+            "`currency`: must be an ISO 4217",
+        ),
+        bad(
+            varied("b23", json!({"schemaVersion": 2})),
+            f,
+            "`schemaVersion`: major version 2 is not supported",
+        ),
+        bad(
+            varied("b24", json!({"eventType": "PAYMENT_REVERSED"})),
+            f,
+            "`reversalOf`: is required",
+        ),
+        bad(
+            varied(
+                "b25",
+                json!({"eventType": "PAYMENT_REVERSED", "reversalOf": {"sourceSystem": "psp"}}),
+            ),
+            f,
+            "`reversalOf`: needs a string sourceEventId",
+        ),
+        bad(
+            varied(
+                "b26",
+                json!({"eventType": "INSTALLMENT_DUE", "installmentNo": 0, "dueDate": "2026-10-01", "principalMinor": 1, "interestMinor": 1}),
+            ),
+            f,
+            "`installmentNo`: must be an integer in 1..=",
+        ),
+        bad(
+            varied(
+                "b27",
+                json!({"eventType": "INSTALLMENT_DUE", "installmentNo": 1, "dueDate": "01/10/2026", "principalMinor": 1, "interestMinor": 1}),
+            ),
+            f,
+            "`dueDate`: must be a calendar date",
+        ),
+        bad(
+            varied(
+                "b28",
+                json!({"eventType": "FEE_ASSESSED", "feeType": "late"}),
+            ),
+            f,
+            "`feeType`: must match",
+        ),
+        bad(
+            varied(
+                "b29",
+                json!({"eventType": "CREDIT_LIMIT_SET", "creditLimitMinor": 5, "sequence": 0}),
+            ),
+            f,
+            "`sequence`: must be an integer in 1..=",
+        ),
+        bad(
+            varied(
+                "b30",
+                json!({"eventType": "LOAN_OPENED", "principalMinor": -1}),
+            ),
+            f,
+            "`principalMinor`: must be an integer of minor units",
+        ),
+        // Business rules, against account acc_bad (EUR, opened by the test).
+        bad(
+            varied("b31", json!({"currency": "USD"})),
+            "currency_mismatch",
+            "currency USD differs from EUR",
+        ),
+        bad(
+            varied(
+                "b32",
+                json!({"eventType": "FEE_ASSESSED", "feeType": "LATE_FEE", "currency": "GBP"}),
+            ),
+            "currency_mismatch",
+            "currency GBP differs from EUR",
+        ),
+        bad(
+            varied(
+                "b33",
+                json!({"eventType": "CREDIT_LIMIT_SET", "creditLimitMinor": 5, "sequence": 1, "currency": "USD"}),
+            ),
+            "currency_mismatch",
+            "differs from EUR",
+        ),
+        bad(
+            varied(
+                "b34",
+                json!({"eventType": "LOAN_OPENED", "principalMinor": 5, "amountMinor": null}),
+            ),
+            "account_exists",
+            "already opened",
+        ),
+        bad(
+            varied(
+                "b35",
+                json!({"eventType": "INSTALLMENT_DUE", "installmentNo": 1, "dueDate": "2026-10-01", "principalMinor": 1, "interestMinor": 1}),
+            ),
+            "installment_exists",
+            "installment 1 is already recorded",
+        ),
+        bad(
+            varied(
+                "b36",
+                json!({"eventType": "PAYMENT_REVERSED", "amountMinor": 999, "reversalOf": {"sourceSystem": "psp", "sourceEventId": "bad-paid"}}),
+            ),
+            "reversal_amount_mismatch",
+            "differs from payment amount 500",
+        ),
+        bad(
+            varied(
+                "b37",
+                json!({"eventType": "PAYMENT_REVERSED", "amountMinor": 300, "reversalOf": {"sourceSystem": "psp", "sourceEventId": "bad-reversed"}}),
+            ),
+            "already_reversed",
+            "was already reversed by psp:bad-first-reversal",
+        ),
+    ];
+    let mut past_budget = |body: String, code, reason| {
+        corpus.push(Bad {
+            body,
+            receive_count: 3,
+            code,
+            reason,
+        });
+    };
+    past_budget(
+        varied(
+            "b38",
+            json!({"eventType": "PAYMENT_REVERSED", "reversalOf": {"sourceSystem": "psp", "sourceEventId": "never-paid"}}),
+        ),
+        "reversal_target_missing",
+        "retry budget spent after 3 deliveries: reversal target psp:never-paid has not been applied yet",
+    );
+    past_budget(
+        varied("b39", json!({"accountId": "acc_never_opened"})),
+        "account_not_opened",
+        "retry budget spent after 3 deliveries: account is not opened yet",
+    );
+    past_budget(
+        varied(
+            "b40",
+            json!({"eventType": "INTEREST_ACCRUED", "accountId": "acc_never_opened_2"}),
+        ),
+        "account_not_opened",
+        "retry budget spent",
+    );
+    // A reversal naming another account's payment: allocations live in the payment's account
+    // partition, so from acc_bad_other it is never found (retried, then quarantined).
+    past_budget(
+        varied(
+            "b41",
+            json!({"eventType": "PAYMENT_REVERSED", "amountMinor": 500, "accountId": "acc_bad_other",
+                             "reversalOf": {"sourceSystem": "psp", "sourceEventId": "bad-paid"}}),
+        ),
+        "reversal_target_missing",
+        "reversal target psp:bad-paid has not been applied yet",
+    );
+    corpus
+}
+
+async fn when_bad_input_arrives_should_quarantine_each_with_a_specific_reason(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let setup = [
+        open_account("acc_bad", 100_000),
+        open_account("acc_bad_other", 100_000),
+        varied(
+            "due-1",
+            json!({"eventType": "INSTALLMENT_DUE", "installmentNo": 1, "dueDate": "2026-10-01", "principalMinor": 1, "interestMinor": 1}),
+        ),
+        varied("bad-paid", json!({"amountMinor": 500})),
+        varied("bad-reversed", json!({"amountMinor": 300})),
+        varied(
+            "bad-first-reversal",
+            json!({"eventType": "PAYMENT_REVERSED", "amountMinor": 300, "reversalOf": {"sourceSystem": "psp", "sourceEventId": "bad-reversed"}}),
+        ),
+    ];
+    for (i, body) in setup.iter().enumerate() {
+        let r = deliver(&handler, &[(format!("setup{i}"), body.clone())]).await;
+        assert_eq!(r[0].1, MessageResult::Applied, "setup {i}");
+    }
+    let before = servicing.loan("acc_bad").await.expect("loan");
+
+    let corpus = bad_input_corpus();
+    assert!(corpus.len() >= 40, "corpus has {} cases", corpus.len());
+    let messages: Vec<_> = corpus
+        .iter()
+        .enumerate()
+        .map(|(i, b)| sqs_message(&format!("bad{i}"), &b.body, b.receive_count))
+        .collect();
+    // In batches of 10, as SQS delivers them.
+    let mut results = Vec::new();
+    for batch in messages.chunks(10) {
+        let report = handler.process(batch).await;
+        assert!(
+            report.response().batch_item_failures.is_empty(),
+            "everything is acknowledged: {:?}",
+            report.results
+        );
+        results.extend(report.results);
+    }
+    let stored = servicing.quarantine().await;
+    for (i, case) in corpus.iter().enumerate() {
+        let id = format!("bad{i}");
+        let (_, result) = results
+            .iter()
+            .find(|(m, _)| *m == id)
+            .expect("result per message");
+        assert_eq!(
+            result,
+            &MessageResult::Quarantined {
+                code: case.code.to_owned()
+            },
+            "case {i}: {}",
+            case.body
+        );
+        let item = stored
+            .iter()
+            .find(|q| attr_s(q, "messageId") == Some(id.as_str()))
+            .unwrap_or_else(|| panic!("case {i} has no quarantine item"));
+        let reason = attr_s(item, "reason").expect("reason");
+        assert!(
+            reason.contains(case.reason),
+            "case {i}: reason {reason:?} lacks {:?}",
+            case.reason
+        );
+        assert_eq!(
+            attr_s(item, "rawBody"),
+            Some(case.body.as_str()),
+            "case {i}: raw body kept"
+        );
+        assert_eq!(attr_s(item, "code"), Some(case.code));
+    }
+    assert_eq!(
+        stored.len(),
+        corpus.len(),
+        "one quarantine item per bad message"
+    );
+    // Business rejections changed nothing on the account (their claims checked its version).
+    assert_eq!(servicing.loan("acc_bad").await.expect("loan").0, before.0);
+}
+
+async fn when_the_commit_fails_before_it_is_sent_should_write_nothing_and_apply_on_redelivery(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let account = "acc_crash_before";
+    opened(&servicing, account, 100_000).await;
+    let faults = FaultPlan::default();
+    let handler = servicing.handler_with(servicing.config(), faults.clone());
+    let body = payment(account, "pmt-crash-1", 7_000);
+
+    faults.push(Fault::Throttle);
+    let report = handler.process(&[sqs_message("m1", &body, 1)]).await;
+    assert!(matches!(report.results[0].1, MessageResult::Retry { .. }));
+    let failures: Vec<_> = report
+        .response()
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    assert_eq!(
+        failures,
+        vec!["m1".to_owned()],
+        "throttling becomes a batch item failure"
+    );
+    assert_eq!(
+        servicing.loan(account).await.expect("loan").1,
+        1,
+        "nothing written"
+    );
+    assert!(servicing.allocations(account).await.is_empty());
+
+    let report = handler.process(&[sqs_message("m1", &body, 2)]).await;
+    assert_eq!(report.results[0].1, MessageResult::Applied);
+    let (loan, version) = servicing.loan(account).await.expect("loan");
+    assert_eq!((loan.principal_outstanding_minor, version), (93_000, 2));
+}
+
+async fn when_the_response_is_lost_after_the_commit_should_count_the_redelivery_as_duplicate(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let account = "acc_crash_after";
+    opened(&servicing, account, 100_000).await;
+    let faults = FaultPlan::default();
+    let handler = servicing.handler_with(servicing.config(), faults.clone());
+    let body = payment(account, "pmt-crash-2", 7_000);
+
+    faults.push(Fault::LoseResponse);
+    let report = handler.process(&[sqs_message("m1", &body, 1)]).await;
+    assert!(
+        matches!(report.results[0].1, MessageResult::Retry { .. }),
+        "the handler cannot know it committed"
+    );
+    // SQS redelivers, possibly to another instance.
+    for handler in [handler, servicing.handler()] {
+        let report = handler.process(&[sqs_message("m1", &body, 2)]).await;
+        assert_eq!(report.results[0].1, MessageResult::Duplicate);
+    }
+    let (loan, version) = servicing.loan(account).await.expect("loan");
+    assert_eq!(
+        (loan.principal_outstanding_minor, version),
+        (93_000, 2),
+        "one effect"
+    );
+    assert_eq!(servicing.allocations(account).await.len(), 1);
+    let applied = servicing
+        .outbox(account)
+        .await
+        .into_iter()
+        .filter(|d| d["eventType"] == "PaymentApplied")
+        .count();
+    assert_eq!(applied, 1, "one outbox event");
+}
+
+async fn when_dynamodb_reports_a_transaction_conflict_should_retry_in_place(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let account = "acc_conflict";
+    opened(&servicing, account, 100_000).await;
+    let faults = FaultPlan::default();
+    let handler = servicing.handler_with(servicing.config(), faults.clone());
+    faults.push(Fault::TransactionConflict);
+    faults.push(Fault::TransactionConflict);
+    let report = handler
+        .process(&[sqs_message("m1", &payment(account, "pmt-c", 1_000), 1)])
+        .await;
+    assert_eq!(report.results[0].1, MessageResult::Applied);
+    assert_eq!(faults.pending(), 0);
+
+    // Conflicts beyond the attempt budget become a batch item failure, not a loop.
+    let mut config = servicing.config();
+    config.max_commit_attempts = 3;
+    let handler = servicing.handler_with(config, faults.clone());
+    for _ in 0..3 {
+        faults.push(Fault::TransactionConflict);
+    }
+    let report = handler
+        .process(&[sqs_message("m2", &payment(account, "pmt-d", 1_000), 1)])
+        .await;
+    assert!(
+        matches!(&report.results[0].1, MessageResult::Retry { reason } if reason.contains("after 3 attempts"))
+    );
+    assert_eq!(
+        servicing
+            .loan(account)
+            .await
+            .expect("loan")
+            .0
+            .principal_outstanding_minor,
+        99_000
+    );
+}
+
+async fn when_an_event_fails_should_fail_the_later_events_of_its_account_only(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    opened(&servicing, "acc_block_a", 100_000).await;
+    opened(&servicing, "acc_block_b", 100_000).await;
+    let handler = servicing.handler();
+    // The reversal precedes its payment in the batch: it is deferred, and so is everything after
+    // it on that account, to keep the account's order; the other account goes on.
+    let reversal = json!({"sourceSystem": "psp", "sourceEventId": "rev-x", "eventType": "PAYMENT_REVERSED",
+        "accountId": "acc_block_a", "eventTime": "2026-09-11T10:00:00Z", "amountMinor": 1_000, "currency": "EUR",
+        "reversalOf": {"sourceSystem": "psp", "sourceEventId": "pay-x"}}).to_string();
+    let batch = [
+        ("1".to_owned(), reversal.clone()),
+        ("2".to_owned(), payment("acc_block_a", "pay-x", 1_000)),
+        ("3".to_owned(), payment("acc_block_b", "pay-y", 2_000)),
+    ];
+    let report = handler
+        .process(
+            &batch
+                .iter()
+                .map(|(i, b)| sqs_message(i, b, 1))
+                .collect::<Vec<_>>(),
+        )
+        .await;
+    let by_id: BTreeMap<_, _> = report.results.iter().cloned().collect();
+    assert!(
+        matches!(&by_id["1"], MessageResult::Retry { reason } if reason.contains("has not been applied yet"))
+    );
+    assert!(
+        matches!(&by_id["2"], MessageResult::Retry { reason } if reason.contains("an earlier event of this account failed"))
+    );
+    assert_eq!(by_id["3"], MessageResult::Applied);
+    let mut failed: Vec<_> = report
+        .response()
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    failed.sort();
+    assert_eq!(failed, vec!["1".to_owned(), "2".to_owned()]);
+
+    // Redelivered (SQS gives no order guarantee): payment first this time, then the reversal.
+    let report = handler
+        .process(&[
+            sqs_message("2", &batch[1].1, 2),
+            sqs_message("1", &reversal, 2),
+        ])
+        .await;
+    assert!(
+        report
+            .results
+            .iter()
+            .all(|(_, r)| *r == MessageResult::Applied),
+        "{:?}",
+        report.results
+    );
+    assert_eq!(
+        servicing
+            .loan("acc_block_a")
+            .await
+            .expect("loan")
+            .0
+            .principal_outstanding_minor,
+        100_000
+    );
+}
+
+async fn when_counting_requests_should_cost_one_transaction_per_event_and_one_request_per_duplicate(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let requests = &servicing.requests;
+    let events: Vec<(String, String)> = (0..10)
+        .map(|i| {
+            let account = format!("acc_cost_{}", i % 2);
+            let body = if i < 2 {
+                open_account(&account, 100_000)
+            } else {
+                payment(&account, &format!("cost-{i}"), 100)
+            };
+            (format!("m{i}"), body)
+        })
+        .collect();
+
+    requests.reset();
+    let results = deliver(&handler, &events).await;
+    assert!(
+        results.iter().all(|(_, r)| *r == MessageResult::Applied),
+        "{results:?}"
+    );
+    assert_eq!(
+        requests.get("TransactWriteItems"),
+        10,
+        "one transaction per first-time event"
+    );
+    assert_eq!(requests.get("GetItem"), 2, "one read per account per batch");
+    assert_eq!(requests.total(), 12, "{:?}", requests.snapshot());
+
+    // The same instance sees the whole batch again: every duplicate costs exactly one request.
+    requests.reset();
+    let results = deliver(&handler, &events).await;
+    assert!(
+        results.iter().all(|(_, r)| *r == MessageResult::Duplicate),
+        "{results:?}"
+    );
+    assert_eq!(
+        requests.snapshot(),
+        BTreeMap::from([("TransactWriteItems".to_owned(), 10)])
+    );
+
+    // A cold instance pays one read per account, once per batch.
+    requests.reset();
+    let results = deliver(&servicing.handler(), &events).await;
+    assert!(
+        results.iter().all(|(_, r)| *r == MessageResult::Duplicate),
+        "{results:?}"
+    );
+    assert_eq!(requests.total(), 12, "{:?}", requests.snapshot());
+}

@@ -1,0 +1,351 @@
+//! A servicing table on a local engine, the account-state handler wired to it, and readers that
+//! turn stored items back into the report shape of the contract's `*.expected.json`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, StreamSpecification, StreamViewType,
+};
+use serde_json::{Value, json};
+use servicing_consumer::{AccountStateHandler, Config};
+use servicing_domain::{Bucket, LoanAccount, StoredAllocation};
+use servicing_store::{FaultPlan, LoanStore, StoreConfig};
+
+use crate::{Engine, unique_name};
+
+/// Counts DynamoDB requests by operation (`x-amz-target`), retries included: what an event costs.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl RequestCounter {
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    pub fn reset(&self) {
+        if let Ok(mut m) = self.0.lock() {
+            m.clear();
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.snapshot().values().sum()
+    }
+
+    pub fn get(&self, operation: &str) -> u64 {
+        self.snapshot().get(operation).copied().unwrap_or_default()
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let target = context
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or("unknown");
+        let operation = target.rsplit('.').next().unwrap_or(target).to_owned();
+        if let Ok(mut m) = self.0.lock() {
+            *m.entry(operation).or_default() += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Creates a table with the servicing schema (pk/sk, NEW_IMAGE stream), as `template.yaml` does.
+pub async fn create_servicing_table(client: &aws_sdk_dynamodb::Client) -> String {
+    let name = unique_name("servicing");
+    let attr = |n: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(n)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .expect("attribute")
+    };
+    let key = |n: &str, t: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+            .expect("key")
+    };
+    client
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr("pk"))
+        .attribute_definitions(attr("sk"))
+        .key_schema(key("pk", KeyType::Hash))
+        .key_schema(key("sk", KeyType::Range))
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewImage)
+                .build()
+                .expect("stream"),
+        )
+        .send()
+        .await
+        .expect("create table");
+    name
+}
+
+/// A servicing table and everything needed to drive the account-state handler against it.
+#[derive(Debug, Clone)]
+pub struct Servicing {
+    pub engine: Engine,
+    pub client: aws_sdk_dynamodb::Client,
+    pub table: String,
+    pub requests: RequestCounter,
+}
+
+impl Servicing {
+    pub async fn new(engine: Engine) -> Self {
+        let requests = RequestCounter::default();
+        let sdk = engine.sdk_config().await;
+        let config = aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .interceptor(requests.clone())
+            .build();
+        let client = aws_sdk_dynamodb::Client::from_conf(config);
+        let table = create_servicing_table(&client).await;
+        requests.reset();
+        Self {
+            engine,
+            client,
+            table,
+            requests,
+        }
+    }
+
+    pub fn config(&self) -> Config {
+        let mut config = Config::for_table(&self.table);
+        config.deferral_receive_budget = 3;
+        config
+    }
+
+    /// A handler as one Lambda instance would have it (its own state cache).
+    pub fn handler(&self) -> AccountStateHandler {
+        self.handler_with(self.config(), FaultPlan::default())
+    }
+
+    pub fn handler_with(&self, config: Config, faults: FaultPlan) -> AccountStateHandler {
+        let store = LoanStore::new(
+            self.client.clone(),
+            StoreConfig {
+                table: self.table.clone(),
+                consumer: "account-state".into(),
+                claim_retention: config.claim_retention,
+            },
+        )
+        .with_faults(faults);
+        AccountStateHandler::new(store, config)
+    }
+
+    pub async fn loan(&self, account: &str) -> Option<(LoanAccount, u64)> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(format!("LOAN#{account}")))
+            .key("sk", AttributeValue::S("STATE".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get loan");
+        got.item.map(|item| {
+            let version = match item.get("version") {
+                Some(AttributeValue::N(v)) => v.parse().expect("version"),
+                other => panic!("version missing: {other:?}"),
+            };
+            (serde_dynamo::from_item(item).expect("loan item"), version)
+        })
+    }
+
+    pub async fn allocations(&self, account: &str) -> Vec<StoredAllocation> {
+        self.query_prefix(&format!("LOAN#{account}"), "ALLOC#")
+            .await
+            .into_iter()
+            .map(|item| serde_dynamo::from_item(item).expect("allocation item"))
+            .collect()
+    }
+
+    async fn query_prefix(
+        &self,
+        pk: &str,
+        sk_prefix: &str,
+    ) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":pk", AttributeValue::S(pk.into()))
+                .expression_attribute_values(":prefix", AttributeValue::S(sk_prefix.into()))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("query");
+            items.extend(page.items().iter().cloned());
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return items;
+            }
+        }
+    }
+
+    /// Every item of one type (a scan: fine for a test table).
+    pub async fn items_of_type(
+        &self,
+        item_type: &str,
+    ) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("itemType = :t")
+                .expression_attribute_values(":t", AttributeValue::S(item_type.into()))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("scan");
+            items.extend(page.items().iter().cloned());
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return items;
+            }
+        }
+    }
+
+    /// Outbox details (parsed) for one account, in business-time order.
+    pub async fn outbox(&self, account: &str) -> Vec<Value> {
+        let mut details: Vec<Value> = self
+            .items_of_type("OUTBOX")
+            .await
+            .iter()
+            .filter(|item| attr_s(item, "accountId") == Some(account))
+            .map(|item| {
+                serde_json::from_str(attr_s(item, "detail").expect("detail")).expect("json")
+            })
+            .collect();
+        details.sort_by(|a, b| {
+            (a["occurredAt"].as_str(), a["eventType"].as_str())
+                .cmp(&(b["occurredAt"].as_str(), b["eventType"].as_str()))
+        });
+        details
+    }
+
+    /// The stored state of `account` in the shape of the contract's `*.expected.json`
+    /// (without `counts`, which belong to the deliveries, not to the state).
+    pub async fn account_report(&self, account: &str) -> Value {
+        let (loan, _) = self.loan(account).await.expect("account exists");
+        let allocations: serde_json::Map<String, Value> = self
+            .allocations(account)
+            .await
+            .iter()
+            .map(|a| {
+                let s = a.allocation;
+                (
+                    a.payment.to_string(),
+                    json!({"fees": s.fees, "interest": s.interest, "principal": s.principal,
+                           "credit": s.credit, "reversed": a.reversed_by.is_some()}),
+                )
+            })
+            .collect();
+        let changes: Vec<Value> = self
+            .outbox(account)
+            .await
+            .into_iter()
+            .filter(|d| d["eventType"] == "DelinquencyChanged")
+            .collect();
+        let notifications = changes
+            .iter()
+            .filter(|d| {
+                serde_json::from_value::<Bucket>(d["toBucket"].clone())
+                    .is_ok_and(|b| b.needs_collections_action())
+            })
+            .count();
+        json!({
+            "accountId": loan.account_id,
+            "currency": loan.currency,
+            "principalOutstandingMinor": loan.principal_outstanding_minor,
+            "interestOutstandingMinor": loan.interest_outstanding_minor,
+            "feesOutstandingMinor": loan.fees_outstanding_minor,
+            "creditBalanceMinor": loan.credit_balance_minor,
+            "creditLimitMinor": loan.credit_limit_minor,
+            "dpd": loan.dpd,
+            "delinquencyBucket": loan.delinquency_bucket,
+            "allocations": allocations,
+            "delinquencyChanges": changes.iter().map(|d| json!({
+                "fromBucket": d["fromBucket"], "toBucket": d["toBucket"], "dpd": d["dpd"],
+                "trigger": format!("{}:{}", d["triggerSourceSystem"].as_str().unwrap_or_default(),
+                                   d["triggerSourceEventId"].as_str().unwrap_or_default()),
+            })).collect::<Vec<_>>(),
+            "collectionsNotifications": notifications,
+        })
+    }
+
+    pub async fn quarantine(&self) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+        self.items_of_type("QUARANTINE").await
+    }
+}
+
+pub fn attr_s<'a>(
+    item: &'a std::collections::HashMap<String, AttributeValue>,
+    name: &str,
+) -> Option<&'a str> {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => Some(v),
+        _ => None,
+    }
+}
+
+/// An SQS record as Lambda delivers it.
+pub fn sqs_message(message_id: &str, body: &str, receive_count: u32) -> SqsMessage {
+    serde_json::from_value(json!({
+        "messageId": message_id,
+        "receiptHandle": format!("rh-{message_id}"),
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": receive_count.to_string()},
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+    }))
+    .expect("sqs message")
+}
+
+pub fn fixture(name: &str) -> String {
+    let path = format!("{}/../fixtures/samples/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
+}
+
+/// Asserts a report equals an expected fixture on every state field (not `counts`, not `note`).
+pub fn assert_state_matches(report: &Value, expected: &Value, context: &str) {
+    for (field, want) in expected.as_object().expect("object") {
+        if field == "note" || field == "counts" {
+            continue;
+        }
+        assert_eq!(&report[field], want, "{context}: field {field}");
+    }
+}
