@@ -77,6 +77,8 @@ start_ministack() {
   if running "$pidfile"; then log "MiniStack already running (pid $(cat "$pidfile"))"; return; fi
   port_free "$MINISTACK_PORT" || { log "port $MINISTACK_PORT is taken by another process; set MINISTACK_PORT"; return 1; }
   mkdir -p "$RUN/ministack/tmp" "$RUN/ministack/state" "$RUN/ministack/s3"
+  # AWS_ENDPOINT_URL in MiniStack's environment is what the Lambdas it runs call back to.
+  AWS_ENDPOINT_URL=http://127.0.0.1:$MINISTACK_PORT \
   GATEWAY_PORT=$MINISTACK_PORT BIND_HOST=127.0.0.1 LOG_LEVEL=${MINISTACK_LOG_LEVEL:-WARNING} \
     TMPDIR="$RUN/ministack/tmp" STATE_DIR="$RUN/ministack/state" S3_DATA_DIR="$RUN/ministack/s3" \
     nohup "$VENV/bin/python" -m ministack >"$RUN/ministack.log" 2>&1 &

@@ -18,4 +18,6 @@ set -a
 # shellcheck source=/dev/null
 source .local/engines.env
 set +a
+# The Lambda-path tests deploy the real function binaries to MiniStack.
+cargo build --locked -p account-state
 cargo test --workspace --locked "$@"

@@ -2,3 +2,4 @@
 
 mod account_state;
 mod engines;
+mod lambda_path;
