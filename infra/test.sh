@@ -20,4 +20,11 @@ source .local/engines.env
 set +a
 # The Lambda-path tests deploy the real function binaries to MiniStack.
 cargo build --locked -p account-state
-cargo test --workspace --locked "$@"
+log=$(mktemp)
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+# One closing line for the whole workspace (cargo prints one per test binary, doc-tests last).
+awk '/^test result:/ { p += $4; f += $6; i += $8 }
+     END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
+rm -f "$log"
+exit "$status"

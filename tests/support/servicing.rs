@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::{
 };
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, Config};
-use servicing_domain::{Bucket, LoanAccount, StoredAllocation};
+use servicing_domain::{LoanAccount, StoredAllocation};
 use servicing_store::{FaultPlan, LoanStore, StoreConfig};
 
 use crate::{Engine, unique_name};
@@ -261,50 +261,14 @@ impl Servicing {
     /// (without `counts`, which belong to the deliveries, not to the state).
     pub async fn account_report(&self, account: &str) -> Value {
         let (loan, _) = self.loan(account).await.expect("account exists");
-        let allocations: serde_json::Map<String, Value> = self
-            .allocations(account)
-            .await
-            .iter()
-            .map(|a| {
-                let s = a.allocation;
-                (
-                    a.payment.to_string(),
-                    json!({"fees": s.fees, "interest": s.interest, "principal": s.principal,
-                           "credit": s.credit, "reversed": a.reversed_by.is_some()}),
-                )
-            })
-            .collect();
+        let allocations = self.allocations(account).await;
         let changes: Vec<Value> = self
             .outbox(account)
             .await
             .into_iter()
             .filter(|d| d["eventType"] == "DelinquencyChanged")
             .collect();
-        let notifications = changes
-            .iter()
-            .filter(|d| {
-                serde_json::from_value::<Bucket>(d["toBucket"].clone())
-                    .is_ok_and(|b| b.needs_collections_action())
-            })
-            .count();
-        json!({
-            "accountId": loan.account_id,
-            "currency": loan.currency,
-            "principalOutstandingMinor": loan.principal_outstanding_minor,
-            "interestOutstandingMinor": loan.interest_outstanding_minor,
-            "feesOutstandingMinor": loan.fees_outstanding_minor,
-            "creditBalanceMinor": loan.credit_balance_minor,
-            "creditLimitMinor": loan.credit_limit_minor,
-            "dpd": loan.dpd,
-            "delinquencyBucket": loan.delinquency_bucket,
-            "allocations": allocations,
-            "delinquencyChanges": changes.iter().map(|d| json!({
-                "fromBucket": d["fromBucket"], "toBucket": d["toBucket"], "dpd": d["dpd"],
-                "trigger": format!("{}:{}", d["triggerSourceSystem"].as_str().unwrap_or_default(),
-                                   d["triggerSourceEventId"].as_str().unwrap_or_default()),
-            })).collect::<Vec<_>>(),
-            "collectionsNotifications": notifications,
-        })
+        servicing_domain::report::account_report(&loan, &allocations, &changes)
     }
 
     pub async fn quarantine(&self) -> Vec<std::collections::HashMap<String, AttributeValue>> {

@@ -220,52 +220,19 @@ impl Ledger {
     }
 
     fn account_report(&self, account: &LoanAccount) -> Value {
-        let allocations: serde_json::Map<String, Value> = self
-            .allocations
-            .values()
-            .filter(|a| a.account_id == account.account_id)
-            .map(|a| {
-                let s = a.allocation;
-                (
-                    a.payment.to_string(),
-                    json!({"fees": s.fees, "interest": s.interest, "principal": s.principal,
-                           "credit": s.credit, "reversed": a.reversed_by.is_some()}),
-                )
-            })
-            .collect();
-        let changes: Vec<&DomainEvent> = self
+        let changes: Vec<Value> = self
             .outbox
             .iter()
             .filter(|e| {
                 e.account_id == account.account_id
                     && e.detail_type == detail_types::DELINQUENCY_CHANGED
             })
+            .map(DomainEvent::detail)
             .collect();
-        let notifications = changes
-            .iter()
-            .filter(|e| {
-                serde_json::from_value::<crate::account::Bucket>(e.payload["toBucket"].clone())
-                    .is_ok_and(|b| b.needs_collections_action())
-            })
-            .count();
-        json!({
-            "accountId": account.account_id,
-            "currency": account.currency,
-            "principalOutstandingMinor": account.principal_outstanding_minor,
-            "interestOutstandingMinor": account.interest_outstanding_minor,
-            "feesOutstandingMinor": account.fees_outstanding_minor,
-            "creditBalanceMinor": account.credit_balance_minor,
-            "creditLimitMinor": account.credit_limit_minor,
-            "dpd": account.dpd,
-            "delinquencyBucket": account.delinquency_bucket,
-            "allocations": allocations,
-            "delinquencyChanges": changes.iter().map(|e| json!({
-                "fromBucket": e.payload["fromBucket"],
-                "toBucket": e.payload["toBucket"],
-                "dpd": e.payload["dpd"],
-                "trigger": e.trigger.to_string(),
-            })).collect::<Vec<_>>(),
-            "collectionsNotifications": notifications,
-        })
+        let allocations = self
+            .allocations
+            .values()
+            .filter(|a| a.account_id == account.account_id);
+        crate::report::account_report(account, allocations, &changes)
     }
 }

@@ -7,6 +7,7 @@ pub mod event;
 pub mod fingerprint;
 pub mod ledger;
 pub mod outbox;
+pub mod report;
 pub mod types;
 
 pub use account::{
