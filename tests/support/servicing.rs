@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, Config};
 use servicing_domain::{LoanAccount, StoredAllocation};
-use servicing_store::{FaultPlan, LoanStore, StoreConfig};
+use servicing_store::{FaultPlan, ServicingStore, StoreConfig};
 
 use crate::{Engine, unique_name};
 
@@ -144,7 +144,7 @@ impl Servicing {
     }
 
     pub fn handler_with(&self, config: Config, faults: FaultPlan) -> AccountStateHandler {
-        let store = LoanStore::new(
+        let store = ServicingStore::new(
             self.client.clone(),
             StoreConfig {
                 table: self.table.clone(),

@@ -7,7 +7,7 @@
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use servicing_consumer::{AccountStateHandler, Config};
-use servicing_store::{LoanStore, StoreConfig};
+use servicing_store::{ServicingStore, StoreConfig};
 
 const CONSUMER: &str = "account-state";
 
@@ -18,7 +18,7 @@ async fn main() -> Result<(), Error> {
 
     let config = Config::from_env()?;
     let sdk = aws_setup::load().await;
-    let store = LoanStore::new(
+    let store = ServicingStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
         StoreConfig {
             table: config.table.clone(),

@@ -18,7 +18,8 @@ use servicing_domain::{
     AccountId, AllocationWrite, DecodeError, Fingerprint, Outcome, ServicingEvent, SourceRef, apply,
 };
 use servicing_store::{
-    CommitOutcome, Effect, LoanStore, QuarantineEntry, Snapshot, StoreError, UnitOfWork, Versioned,
+    CommitOutcome, Effect, QuarantineEntry, ServicingStore, Snapshot, StoreError, UnitOfWork,
+    Versioned,
 };
 
 pub use cache::StateCache;
@@ -74,13 +75,13 @@ struct Pending<'a> {
 
 #[derive(Debug)]
 pub struct AccountStateHandler {
-    store: LoanStore,
+    store: ServicingStore,
     config: Config,
     cache: StateCache,
 }
 
 impl AccountStateHandler {
-    pub fn new(store: LoanStore, config: Config) -> Self {
+    pub fn new(store: ServicingStore, config: Config) -> Self {
         let cache = StateCache::new(config.state_cache_capacity);
         Self {
             store,

@@ -1,8 +1,4 @@
-//! Per-batch counts, emitted as one CloudWatch EMF line and one structured log line.
-
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use serde_json::json;
+//! Per-batch counts of the account-state consumer.
 
 use crate::MessageResult;
 
@@ -17,8 +13,6 @@ pub struct BatchCounts {
     pub retried: u64,
 }
 
-pub const METRIC_NAMESPACE: &str = "LoanServicing";
-
 impl BatchCounts {
     pub(crate) fn count(&mut self, result: &MessageResult) {
         let slot = match result {
@@ -32,52 +26,19 @@ impl BatchCounts {
         *slot += 1;
     }
 
-    /// The EMF document for these counts (Embedded Metric Format: CloudWatch turns the line
-    /// into metrics without any API call).
-    pub fn emf(&self, consumer: &str, timestamp_millis: u128) -> serde_json::Value {
-        let names = [
-            "Applied",
-            "Duplicate",
-            "Collision",
-            "Stale",
-            "Quarantined",
-            "Retried",
-        ];
-        json!({
-            "_aws": {
-                "Timestamp": timestamp_millis as u64,
-                "CloudWatchMetrics": [{
-                    "Namespace": METRIC_NAMESPACE,
-                    "Dimensions": [["Consumer"]],
-                    "Metrics": names.iter().map(|n| json!({"Name": n, "Unit": "Count"})).collect::<Vec<_>>(),
-                }],
-            },
-            "Consumer": consumer,
-            "Applied": self.applied,
-            "Duplicate": self.duplicate,
-            "Collision": self.collision,
-            "Stale": self.stale,
-            "Quarantined": self.quarantined,
-            "Retried": self.retried,
-        })
+    /// EMF metric names and values (namespace `LoanServicing`, dimension `Consumer`).
+    pub fn metrics(&self) -> [(&'static str, u64); 6] {
+        [
+            ("Applied", self.applied),
+            ("Duplicate", self.duplicate),
+            ("Collision", self.collision),
+            ("Stale", self.stale),
+            ("Quarantined", self.quarantined),
+            ("Retried", self.retried),
+        ]
     }
 
     pub fn emit(&self, consumer: &str) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or_default();
-        // EMF must be a line of its own on stdout.
-        println!("{}", self.emf(consumer, now));
-        tracing::info!(
-            consumer,
-            applied = self.applied,
-            duplicate = self.duplicate,
-            collision = self.collision,
-            stale = self.stale,
-            quarantined = self.quarantined,
-            retried = self.retried,
-            "batch done"
-        );
+        servicing_telemetry::emit(consumer, &self.metrics());
     }
 }

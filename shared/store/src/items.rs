@@ -51,6 +51,22 @@ pub fn claim_key(consumer: &str, source: &SourceRef) -> (String, String) {
     )
 }
 
+pub fn action_key(action_id: &str) -> (String, String) {
+    (format!("ACTION#{action_id}"), "ACTION".to_owned())
+}
+
+pub fn action_item(intent: &crate::ActionIntent, now: i64) -> Item {
+    let mut item = with_key(Item::new(), action_key(&intent.action_id), "ACTION");
+    item.insert("actionId".into(), s(&intent.action_id));
+    item.insert("accountId".into(), s(intent.account_id.as_str()));
+    item.insert("eventId".into(), s(&intent.event_id));
+    item.insert("status".into(), s(crate::ActionStatus::Pending.as_str()));
+    item.insert("attempts".into(), n(0));
+    item.insert("payload".into(), s(intent.payload.to_string()));
+    item.insert("createdAt".into(), n(now));
+    item
+}
+
 pub fn outbox_key(event_id: &str) -> (String, String) {
     (format!("OUTBOX#{event_id}"), "OUTBOX".to_owned())
 }

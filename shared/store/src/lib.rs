@@ -71,6 +71,60 @@ pub enum Effect<'a> {
     Stale,
     /// A business rejection: the claim and the quarantine item.
     Reject(QuarantineEntry<'a>),
+    /// A downstream consumer's claim, with the intent of an external action when the event
+    /// calls for one (the loan is not involved: no version check).
+    Intent(Option<&'a ActionIntent>),
+}
+
+/// An external action to execute after the commit, under a stable id that is also the
+/// downstream idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionIntent {
+    pub action_id: String,
+    pub account_id: AccountId,
+    /// The event that asked for the action.
+    pub event_id: String,
+    /// What is sent to the receiver.
+    pub payload: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionStatus {
+    /// Recorded, not (known to be) executed: a replay executes it again with the same id.
+    Pending,
+    /// The receiver accepted it.
+    Sent,
+    /// The receiver refused it definitively (a 4xx): recorded, not retried.
+    Rejected,
+}
+
+impl ActionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionStatus::Pending => "PENDING",
+            ActionStatus::Sent => "SENT",
+            ActionStatus::Rejected => "REJECTED",
+        }
+    }
+
+    fn parse(value: &str) -> Option<Self> {
+        [
+            ActionStatus::Pending,
+            ActionStatus::Sent,
+            ActionStatus::Rejected,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == value)
+    }
+}
+
+/// An action as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionRecord {
+    pub action_id: String,
+    pub status: ActionStatus,
+    pub attempts: u64,
+    pub payload: serde_json::Value,
 }
 
 /// One fact's unit of work.
@@ -127,7 +181,7 @@ pub struct StoreConfig {
 }
 
 #[derive(Debug, Clone)]
-pub struct LoanStore {
+pub struct ServicingStore {
     client: Client,
     config: StoreConfig,
     faults: FaultPlan,
@@ -140,7 +194,7 @@ fn now_epoch() -> (i64, i64) {
     (since.as_secs() as i64, since.as_millis() as i64)
 }
 
-impl LoanStore {
+impl ServicingStore {
     pub fn new(client: Client, config: StoreConfig) -> Self {
         Self {
             client,
@@ -256,6 +310,7 @@ impl LoanStore {
             Effect::Apply(_) => Verdict::Applied,
             Effect::Stale => Verdict::Stale,
             Effect::Reject(_) => Verdict::Rejected,
+            Effect::Intent(_) => Verdict::Applied,
         };
         let claim = Put::builder()
             .table_name(&self.config.table)
@@ -291,6 +346,17 @@ impl LoanStore {
                             now,
                             expires_at,
                         )))
+                        .build()
+                        .map_err(|e| StoreError::Rejected(e.to_string()))?;
+                    writes.push(TransactWriteItem::builder().put(put).build());
+                }
+            }
+            Effect::Intent(intent) => {
+                if let Some(intent) = intent {
+                    let put = Put::builder()
+                        .table_name(&self.config.table)
+                        .set_item(Some(items::action_item(intent, now)))
+                        .condition_expression("attribute_not_exists(pk)")
                         .build()
                         .map_err(|e| StoreError::Rejected(e.to_string()))?;
                     writes.push(TransactWriteItem::builder().put(put).build());
@@ -447,6 +513,81 @@ impl LoanStore {
             item.insert("receiveCount".into(), n(count));
         }
         item
+    }
+
+    /// The stored action (consistent read).
+    #[tracing::instrument(skip_all, fields(action_id))]
+    pub async fn action(&self, action_id: &str) -> Result<Option<ActionRecord>, StoreError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::action_key(action_id))))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        let Some(item) = got.item else {
+            return Ok(None);
+        };
+        let status = items::string(&item, "status")
+            .and_then(ActionStatus::parse)
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("action {action_id} has no valid status"))
+            })?;
+        let payload = items::string(&item, "payload")
+            .and_then(|p| serde_json::from_str(p).ok())
+            .ok_or_else(|| StoreError::Corrupt(format!("action {action_id} has no payload")))?;
+        Ok(Some(ActionRecord {
+            action_id: action_id.to_owned(),
+            status,
+            attempts: items::number(&item, "attempts").unwrap_or_default(),
+            payload,
+        }))
+    }
+
+    /// Records one execution attempt: the final status (`Sent`/`Rejected`) only while the action
+    /// is still pending (a concurrent replay may have recorded it first), or `Pending` again with
+    /// the error of a transient failure.
+    #[tracing::instrument(skip_all, fields(action_id, status = status.as_str()))]
+    pub async fn record_action(
+        &self,
+        action_id: &str,
+        status: ActionStatus,
+        http_status: Option<u16>,
+        detail: &str,
+    ) -> Result<(), StoreError> {
+        let (_, now_millis) = now_epoch();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::action_key(action_id))))
+            .update_expression(
+                "SET #status = :status, attempts = if_not_exists(attempts, :zero) + :one, \
+                 lastHttpStatus = :http, lastDetail = :detail, updatedAt = :now",
+            )
+            .condition_expression("attribute_exists(pk) AND #status = :pending")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":status", s(status.as_str()))
+            .expression_attribute_values(":pending", s(ActionStatus::Pending.as_str()))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":http", n(http_status.unwrap_or(0)))
+            .expression_attribute_values(":detail", s(detail.chars().take(512).collect::<String>()))
+            .expression_attribute_values(":now", n(now_millis))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => match e.into_service_error() {
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => {
+                    tracing::info!("action already settled by another delivery");
+                    Ok(())
+                }
+                other => Err(classify_service(other)),
+            },
+        }
     }
 
     /// Stores a quarantine item on its own (undecodable input, collisions, spent retry budgets:

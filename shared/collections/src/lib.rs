@@ -1,0 +1,322 @@
+//! The collections consumer: `DelinquencyChanged` events (EventBridge → SQS) in, one customer
+//! notification per action out.
+//!
+//! Protocol (see the README's "Collections actions"):
+//! 1. claim `(collections, eventId)` and, when the account entered `DPD_30_59` or worse, record
+//!    the action intent under `actionId` — ONE transaction;
+//! 2. after the commit, call the receiver with `Idempotency-Key: <actionId>`;
+//! 3. record the outcome: `SENT`, `REJECTED` (a definitive 4xx, never retried), or still `PENDING`
+//!    with the error (the message is retried; the replay finds the intent pending and executes it
+//!    again with the SAME `actionId`, which the receiver deduplicates).
+
+mod notifier;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use servicing_domain::{AccountId, Bucket, Fingerprint, SourceRef};
+use servicing_store::{
+    ActionIntent, ActionStatus, CommitOutcome, Effect, QuarantineEntry, ServicingStore, StoreError,
+    UnitOfWork,
+};
+
+pub use notifier::{Delivery, Notifier};
+
+pub const CONSUMER: &str = "collections";
+/// Claims of this consumer are keyed by the outbox event id under this pseudo source system.
+const CLAIM_SYSTEM: &str = "outbox";
+
+/// The action of an event after this delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActionOutcome {
+    pub status: ActionStatus,
+    /// Whether this delivery called the receiver (false: it was settled before).
+    pub executed_now: bool,
+}
+
+/// What became of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageResult {
+    /// First delivery; the action (if any) was executed and its outcome recorded.
+    Handled {
+        action: Option<ActionOutcome>,
+    },
+    /// A redelivery: nothing new, except that a still-pending action was executed again.
+    Duplicate {
+        action: Option<ActionOutcome>,
+    },
+    /// Not an event this consumer acts on (no claim needed: nothing happens).
+    Ignored,
+    Quarantined {
+        reason: String,
+    },
+    Retry {
+        reason: String,
+    },
+}
+
+/// The relevant fields of a `DelinquencyChanged` detail.
+#[derive(Debug, Clone)]
+struct DelinquencyChanged {
+    event_id: String,
+    account_id: AccountId,
+    to_bucket: Bucket,
+    detail: Value,
+}
+
+impl DelinquencyChanged {
+    fn parse(envelope: &Value) -> Result<Option<Self>, String> {
+        if envelope["detail-type"] != "DelinquencyChanged" {
+            return Ok(None);
+        }
+        let detail = &envelope["detail"];
+        let event_id = detail["eventId"]
+            .as_str()
+            .filter(|id| !id.is_empty())
+            .ok_or("detail.eventId is missing")?
+            .to_owned();
+        let account_id = AccountId::parse(detail["accountId"].as_str().unwrap_or_default())
+            .map_err(|e| format!("detail.accountId: {e}"))?;
+        let to_bucket = serde_json::from_value(detail["toBucket"].clone())
+            .map_err(|_| format!("detail.toBucket is not a bucket: {}", detail["toBucket"]))?;
+        Ok(Some(Self {
+            event_id,
+            account_id,
+            to_bucket,
+            detail: detail.clone(),
+        }))
+    }
+
+    /// The contract's action id: stable for this event, so every replay uses the same one.
+    fn action_id(&self) -> String {
+        format!(
+            "collections_notification:{}:{}:{}",
+            self.account_id,
+            self.to_bucket.as_str(),
+            self.event_id
+        )
+    }
+
+    fn intent(&self) -> Option<ActionIntent> {
+        self.to_bucket.needs_collections_action().then(|| {
+            let action_id = self.action_id();
+            ActionIntent {
+                payload: json!({
+                    "actionId": action_id,
+                    "type": "collections_notification",
+                    "accountId": self.account_id.as_str(),
+                    "toBucket": self.to_bucket.as_str(),
+                    "fromBucket": self.detail["fromBucket"],
+                    "dpd": self.detail["dpd"],
+                    "eventId": self.event_id,
+                }),
+                action_id,
+                account_id: self.account_id.clone(),
+                event_id: self.event_id.clone(),
+            }
+        })
+    }
+}
+
+#[derive(Debug)]
+pub struct CollectionsHandler {
+    store: ServicingStore,
+    notifier: Notifier,
+    concurrency: usize,
+}
+
+impl CollectionsHandler {
+    pub fn new(store: ServicingStore, notifier: Notifier) -> Self {
+        Self {
+            store,
+            notifier,
+            concurrency: 8,
+        }
+    }
+
+    pub async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
+        let results = self.process(&event.records).await;
+        let mut response = SqsBatchResponse::default();
+        let mut counts = [0u64; 6];
+        for (id, result) in &results {
+            let slot = match result {
+                MessageResult::Handled { .. } => 0,
+                MessageResult::Duplicate { .. } => 1,
+                MessageResult::Ignored => 2,
+                MessageResult::Quarantined { .. } => 3,
+                MessageResult::Retry { .. } => 4,
+            };
+            counts[slot] += 1;
+            if let MessageResult::Handled { action: Some(a) }
+            | MessageResult::Duplicate { action: Some(a) } = result
+                && a.executed_now
+            {
+                counts[5] += 1;
+            }
+            if matches!(result, MessageResult::Retry { .. }) {
+                response.add_failure(id.clone());
+            }
+        }
+        servicing_telemetry::emit(
+            CONSUMER,
+            &[
+                ("Applied", counts[0]),
+                ("Duplicate", counts[1]),
+                ("Ignored", counts[2]),
+                ("Quarantined", counts[3]),
+                ("Retried", counts[4]),
+                ("ActionsExecuted", counts[5]),
+            ],
+        );
+        response
+    }
+
+    /// Messages are independent (one event each): processed concurrently, bounded.
+    pub async fn process(&self, messages: &[SqsMessage]) -> Vec<(String, MessageResult)> {
+        futures_util::stream::iter(messages)
+            .map(|m| async move {
+                let id = m.message_id.clone().unwrap_or_default();
+                let result = self
+                    .process_one(&id, m.body.as_deref().unwrap_or_default())
+                    .await;
+                (id, result)
+            })
+            .buffered(self.concurrency)
+            .collect()
+            .await
+    }
+
+    #[tracing::instrument(skip_all, fields(message_id))]
+    async fn process_one(&self, message_id: &str, body: &str) -> MessageResult {
+        let parsed = serde_json::from_str::<Value>(body)
+            .map_err(|e| format!("body is not JSON: {e}"))
+            .and_then(|envelope| DelinquencyChanged::parse(&envelope));
+        let event = match parsed {
+            Ok(Some(event)) => event,
+            Ok(None) => return MessageResult::Ignored,
+            Err(reason) => return self.quarantine(message_id, body, &reason).await,
+        };
+        let source = SourceRef {
+            system: CLAIM_SYSTEM.to_owned(),
+            event_id: event.event_id.clone(),
+        };
+        let fingerprint = Fingerprint::of_value(&event.detail);
+        let intent = event.intent();
+        let unit = UnitOfWork {
+            source: &source,
+            account_id: &event.account_id,
+            fingerprint: &fingerprint,
+            expected_version: None,
+            effect: Effect::Intent(intent.as_ref()),
+        };
+        let first_time = match self.store.commit(&unit).await {
+            Ok(CommitOutcome::Committed) => true,
+            // The claim was there, or (after a claim expired) the action was: a replay.
+            Ok(CommitOutcome::Duplicate) | Ok(CommitOutcome::VersionConflict) => false,
+            Ok(CommitOutcome::Collision { stored }) => {
+                let reason = format!(
+                    "collision: event {} was claimed with fingerprint {stored}, this one has {fingerprint}",
+                    event.event_id
+                );
+                return self.quarantine(message_id, body, &reason).await;
+            }
+            Ok(other) => {
+                return MessageResult::Retry {
+                    reason: format!("commit not settled: {other:?}"),
+                };
+            }
+            Err(e) => return retry(e),
+        };
+
+        let action = match &intent {
+            None => None,
+            Some(intent) => match self.execute_if_pending(&intent.action_id).await {
+                Ok(status) => Some(status),
+                Err(reason) => return MessageResult::Retry { reason },
+            },
+        };
+        if first_time {
+            MessageResult::Handled { action }
+        } else {
+            MessageResult::Duplicate { action }
+        }
+    }
+
+    /// Executes the stored action if it is still pending, and records the outcome.
+    async fn execute_if_pending(&self, action_id: &str) -> Result<ActionOutcome, String> {
+        let record = match self.store.action(action_id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return Err(format!("action {action_id} is not recorded")),
+            Err(e) => return Err(e.to_string()),
+        };
+        if record.status != ActionStatus::Pending {
+            return Ok(ActionOutcome {
+                status: record.status,
+                executed_now: false,
+            });
+        }
+        let delivery = self.notifier.send(action_id, &record.payload).await;
+        let (status, http, detail) = match &delivery {
+            Delivery::Accepted { status } => {
+                (ActionStatus::Sent, Some(*status), "accepted".to_owned())
+            }
+            Delivery::Rejected { status, reason } => {
+                (ActionStatus::Rejected, Some(*status), reason.clone())
+            }
+            Delivery::Failed { status, reason } => (ActionStatus::Pending, *status, reason.clone()),
+        };
+        tracing::info!(
+            action_id,
+            status = status.as_str(),
+            http,
+            "notification attempt"
+        );
+        if let Err(e) = self
+            .store
+            .record_action(action_id, status, http, &detail)
+            .await
+        {
+            return Err(format!("could not record the action outcome: {e}"));
+        }
+        match status {
+            ActionStatus::Pending => Err(format!("notification failed, will retry: {detail}")),
+            settled => Ok(ActionOutcome {
+                status: settled,
+                executed_now: true,
+            }),
+        }
+    }
+
+    async fn quarantine(&self, message_id: &str, body: &str, reason: &str) -> MessageResult {
+        let entry = QuarantineEntry {
+            message_id,
+            raw_body: body,
+            code: if reason.starts_with("collision") {
+                "collision"
+            } else {
+                "invalid_event"
+            },
+            reason,
+            source: None,
+            account_id: None,
+            stored_fingerprint: None,
+            received_fingerprint: None,
+            receive_count: None,
+        };
+        match self.store.quarantine(&entry).await {
+            Ok(()) => {
+                tracing::warn!(reason, "quarantined");
+                MessageResult::Quarantined {
+                    reason: reason.to_owned(),
+                }
+            }
+            Err(e) => retry(e),
+        }
+    }
+}
+
+fn retry(error: StoreError) -> MessageResult {
+    MessageResult::Retry {
+        reason: error.to_string(),
+    }
+}

@@ -1,0 +1,107 @@
+//! The call to the notification receiver, with the action id as its idempotency key.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// 2xx: the receiver has it (a replayed key is answered 2xx too).
+    Accepted { status: u16 },
+    /// A definitive 4xx (not 408/409/425/429): recorded, never retried.
+    Rejected { status: u16, reason: String },
+    /// 5xx, 408/409/425/429, timeout, connection failure: retry later with the same key.
+    Failed { status: Option<u16>, reason: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct Notifier {
+    url: http::Uri,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl Notifier {
+    /// `url` must be an absolute http(s) URL; TLS trusts the system's roots.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, String> {
+        let url: http::Uri = url
+            .parse()
+            .map_err(|e| format!("NOTIFICATION_URL {url:?} is not a URL: {e}"))?;
+        if !matches!(url.scheme_str(), Some("http" | "https")) {
+            return Err(format!("NOTIFICATION_URL {url} must be http(s)"));
+        }
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| format!("cannot load the system's TLS roots: {e}"))?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Self {
+            url,
+            client: Client::builder(TokioExecutor::new()).build(https),
+            timeout,
+        })
+    }
+
+    pub async fn send(&self, action_id: &str, payload: &Value) -> Delivery {
+        let request = http::Request::post(self.url.clone())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header("Idempotency-Key", action_id)
+            .body(Full::new(Bytes::from(payload.to_string())));
+        let request = match request {
+            Ok(request) => request,
+            Err(e) => {
+                return Delivery::Rejected {
+                    status: 0,
+                    reason: format!("cannot build the request: {e}"),
+                };
+            }
+        };
+        let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await
+        {
+            Err(_) => {
+                return Delivery::Failed {
+                    status: None,
+                    reason: format!("no answer within {:?}", self.timeout),
+                };
+            }
+            Ok(Err(e)) => {
+                return Delivery::Failed {
+                    status: None,
+                    reason: format!("call failed: {e}"),
+                };
+            }
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        // The body only serves the recorded reason; a short read is enough.
+        let body = tokio::time::timeout(self.timeout, response.into_body().collect())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|b| {
+                String::from_utf8_lossy(&b.to_bytes())
+                    .chars()
+                    .take(256)
+                    .collect::<String>()
+            })
+            .unwrap_or_default();
+        match status {
+            200..=299 => Delivery::Accepted { status },
+            408 | 409 | 425 | 429 | 500..=599 => Delivery::Failed {
+                status: Some(status),
+                reason: format!("HTTP {status}: {body}"),
+            },
+            _ => Delivery::Rejected {
+                status,
+                reason: format!("HTTP {status}: {body}"),
+            },
+        }
+    }
+}
