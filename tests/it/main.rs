@@ -3,3 +3,4 @@
 mod account_state;
 mod engines;
 mod lambda_path;
+mod relay;

@@ -59,4 +59,6 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
+pub mod http_server;
 pub mod servicing;
+pub mod streams;

@@ -1,0 +1,417 @@
+//! The outbox relay against MiniStack: real stream records (written by the account-state
+//! handler) → PutEvents → a rule → a queue. Failures are injected by a stand-in EventBridge
+//! endpoint that forwards what it does not fail to MiniStack.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
+use aws_sdk_sqs::types::QueueAttributeName;
+use integration_tests::http_server::{LocalServer, respond, serve};
+use integration_tests::servicing::{Servicing, attr_s, fixture, sqs_message};
+use integration_tests::{Engine, streams, unique_name};
+use outbox_relay_handler::{CONSUMER, OutboxRelay};
+use serde_json::{Value, json};
+use servicing_store::{DEFAULT_CLAIM_RETENTION, ServicingStore, StoreConfig};
+
+/// A bus whose every `servicing.*` event lands in a fresh queue.
+pub struct RoutedBus {
+    pub bus: String,
+    pub queue_url: String,
+    sqs: aws_sdk_sqs::Client,
+}
+
+impl RoutedBus {
+    pub async fn new(config: &aws_config::SdkConfig, pattern: Value) -> Self {
+        let sqs = aws_sdk_sqs::Client::new(config);
+        let events = aws_sdk_eventbridge::Client::new(config);
+        let queue_url = sqs
+            .create_queue()
+            .queue_name(unique_name("routed"))
+            .send()
+            .await
+            .expect("queue")
+            .queue_url
+            .expect("url");
+        let queue_arn = sqs
+            .get_queue_attributes()
+            .queue_url(&queue_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("attributes")
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .expect("arn");
+        let bus = unique_name("bus");
+        events
+            .create_event_bus()
+            .name(&bus)
+            .send()
+            .await
+            .expect("bus");
+        let rule = unique_name("rule");
+        events
+            .put_rule()
+            .name(&rule)
+            .event_bus_name(&bus)
+            .event_pattern(pattern.to_string())
+            .send()
+            .await
+            .expect("rule");
+        events
+            .put_targets()
+            .rule(&rule)
+            .event_bus_name(&bus)
+            .targets(
+                Target::builder()
+                    .id("queue")
+                    .arn(&queue_arn)
+                    .build()
+                    .expect("target"),
+            )
+            .send()
+            .await
+            .expect("targets");
+        Self {
+            bus,
+            queue_url,
+            sqs,
+        }
+    }
+
+    /// Every envelope that arrived (drains the queue until it stays empty).
+    pub async fn drain(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut empty = 0;
+        while empty < 2 {
+            let got = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .expect("receive");
+            if got.messages().is_empty() {
+                empty += 1;
+                continue;
+            }
+            for m in got.messages() {
+                out.push(serde_json::from_str(m.body().unwrap_or_default()).expect("envelope"));
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.queue_url)
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .send()
+                    .await
+                    .expect("delete");
+            }
+        }
+        out
+    }
+}
+
+fn event_ids(envelopes: &[Value]) -> BTreeSet<String> {
+    envelopes
+        .iter()
+        .map(|e| e["detail"]["eventId"].as_str().expect("eventId").to_owned())
+        .collect()
+}
+
+/// The basic sample applied through the account-state handler; returns the stream records
+/// and the outbox event ids, in stream order.
+async fn sample_stream(servicing: &Servicing) -> (Vec<EventRecord>, Vec<String>) {
+    let handler = servicing.handler();
+    let messages: Vec<_> = fixture("basic.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| sqs_message(&format!("m{i}"), l, 1))
+        .collect();
+    handler.process(&messages).await;
+    let config = servicing.engine.sdk_config().await;
+    let records = streams::read_all(
+        &aws_sdk_dynamodbstreams::Client::new(&config),
+        &servicing.client,
+        &servicing.table,
+    )
+    .await;
+    let outbox: Vec<String> = records
+        .iter()
+        .filter(|r| r.event_name == "INSERT")
+        .filter_map(|r| match r.change.new_image.get("eventId") {
+            Some(serde_dynamo::AttributeValue::S(id))
+                if r.change.new_image.get("itemType")
+                    == Some(&serde_dynamo::AttributeValue::S("OUTBOX".into())) =>
+            {
+                Some(id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outbox.len(), 11, "9 domain events + 2 delinquency changes");
+    (records, outbox)
+}
+
+fn relay_with(servicing: &Servicing, config: &aws_config::SdkConfig, bus: &str) -> OutboxRelay {
+    let store = ServicingStore::new(
+        servicing.client.clone(),
+        StoreConfig {
+            table: servicing.table.clone(),
+            consumer: CONSUMER.into(),
+            claim_retention: DEFAULT_CLAIM_RETENTION,
+        },
+    );
+    OutboxRelay::new(aws_sdk_eventbridge::Client::new(config), store, bus)
+}
+
+fn sequence_of(records: &[EventRecord], event_id: &str) -> String {
+    records
+        .iter()
+        .find(|r| {
+            r.change.new_image.get("eventId")
+                == Some(&serde_dynamo::AttributeValue::S(event_id.into()))
+        })
+        .and_then(|r| r.change.sequence_number.clone())
+        .expect("record of the event")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_stream_records_are_relayed_should_route_every_outbox_event_to_the_queue() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let (records, outbox) = sample_stream(&servicing).await;
+    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
+
+    let report = relay_with(&servicing, &config, &routed.bus)
+        .relay(&records)
+        .await;
+    assert_eq!(report.checkpoint, None);
+    assert_eq!(report.published, 11);
+    assert_eq!(
+        report.skipped as usize,
+        records.len() - 11,
+        "claims, loans, allocations are not relayed"
+    );
+    assert!(report.response().batch_item_failures.is_empty());
+
+    let envelopes = routed.drain().await;
+    assert_eq!(event_ids(&envelopes), outbox.iter().cloned().collect());
+    let applied = envelopes
+        .iter()
+        .find(|e| e["detail-type"] == "PaymentApplied")
+        .expect("PaymentApplied");
+    assert_eq!(applied["source"], "servicing.account-state");
+    assert_eq!(applied["detail"]["allocation"]["principal"], 21000);
+}
+
+/// What the stand-in does with its next `PutEvents` call.
+#[derive(Debug, Clone, Copy)]
+enum Injected {
+    /// Fails the entry at this index (ThrottlingException), forwards the others.
+    FailEntry(usize),
+    /// Answers HTTP 500 without forwarding anything.
+    ServerError,
+}
+
+/// A stand-in EventBridge endpoint: applies the queued faults, forwards the rest to MiniStack.
+async fn faulty_eventbridge(
+    real: aws_sdk_eventbridge::Client,
+    plan: Arc<Mutex<VecDeque<Injected>>>,
+) -> LocalServer {
+    serve(move |_parts, body| {
+        let real = real.clone();
+        let next = plan.lock().expect("plan").pop_front();
+        async move {
+            if let Some(Injected::ServerError) = next {
+                return respond(
+                    500,
+                    "application/x-amz-json-1.1",
+                    r#"{"__type":"InternalException","message":"injected"}"#,
+                );
+            }
+            let request: Value = serde_json::from_slice(&body).expect("PutEvents JSON");
+            let entries = request["Entries"].as_array().expect("entries");
+            let failing = match next {
+                Some(Injected::FailEntry(i)) => Some(i),
+                _ => None,
+            };
+            let forwarded: Vec<PutEventsRequestEntry> = entries
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != failing)
+                .map(|(_, e)| {
+                    PutEventsRequestEntry::builder()
+                        .set_event_bus_name(e["EventBusName"].as_str().map(str::to_owned))
+                        .set_source(e["Source"].as_str().map(str::to_owned))
+                        .set_detail_type(e["DetailType"].as_str().map(str::to_owned))
+                        .set_detail(e["Detail"].as_str().map(str::to_owned))
+                        .build()
+                })
+                .collect();
+            let output = real
+                .put_events()
+                .set_entries(Some(forwarded))
+                .send()
+                .await
+                .expect("forward");
+            let mut answers: Vec<Value> = output
+                .entries()
+                .iter()
+                .map(|r| match r.error_code() {
+                    Some(code) => json!({"ErrorCode": code, "ErrorMessage": r.error_message()}),
+                    None => json!({"EventId": r.event_id()}),
+                })
+                .collect();
+            if let Some(i) = failing {
+                answers.insert(
+                    i,
+                    json!({"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"}),
+                );
+            }
+            let failed = answers
+                .iter()
+                .filter(|a| a.get("ErrorCode").is_some())
+                .count();
+            respond(
+                200,
+                "application/x-amz-json-1.1",
+                json!({"FailedEntryCount": failed, "Entries": answers}).to_string(),
+            )
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_failed_record_and_lose_nothing()
+ {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let (records, outbox) = sample_stream(&servicing).await;
+    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
+    let plan = Arc::new(Mutex::new(VecDeque::new()));
+    let proxy =
+        faulty_eventbridge(aws_sdk_eventbridge::Client::new(&config), Arc::clone(&plan)).await;
+    let proxied = aws_setup::loader()
+        .endpoint_url(proxy.url())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
+        .load()
+        .await;
+    let relay = relay_with(&servicing, &proxied, &routed.bus);
+
+    // Partial failure: the 4th entry of the first request is refused.
+    plan.lock().expect("plan").push_back(Injected::FailEntry(3));
+    let report = relay.relay(&records).await;
+    let checkpoint = sequence_of(&records, &outbox[3]);
+    assert_eq!(report.checkpoint.as_deref(), Some(checkpoint.as_str()));
+    let failures = report.response().batch_item_failures;
+    assert_eq!(failures.len(), 1);
+    assert_eq!(
+        failures[0].item_identifier.as_deref(),
+        Some(checkpoint.as_str())
+    );
+    assert_eq!(report.published, 3);
+
+    // Lambda retries from the checkpoint; this time EventBridge is down for every SDK attempt.
+    let from = records
+        .iter()
+        .position(|r| r.change.sequence_number.as_deref() == Some(&checkpoint))
+        .expect("position");
+    for _ in 0..3 {
+        plan.lock().expect("plan").push_back(Injected::ServerError);
+    }
+    let report = relay.relay(&records[from..]).await;
+    assert_eq!(
+        report.checkpoint.as_deref(),
+        Some(checkpoint.as_str()),
+        "total failure: checkpoint stays"
+    );
+    assert_eq!(report.published, 0);
+    assert_eq!(
+        plan.lock().expect("plan").len(),
+        0,
+        "the SDK retried before giving up"
+    );
+
+    // And again, now healthy: everything from the checkpoint on is published.
+    let report = relay.relay(&records[from..]).await;
+    assert_eq!(report.checkpoint, None);
+    assert_eq!(report.published, 8);
+
+    let envelopes = routed.drain().await;
+    assert_eq!(
+        event_ids(&envelopes),
+        outbox.iter().cloned().collect(),
+        "nothing lost"
+    );
+    assert!(
+        envelopes.len() > outbox.len(),
+        "entries after the failed one were published twice (accepted)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_an_outbox_record_can_never_be_published_should_quarantine_it_and_move_on() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
+    let record = |seq: &str, event_id: &str, detail: String| -> EventRecord {
+        serde_json::from_value(json!({
+            "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+            "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "ApproximateCreationDateTime": 0,
+                "Keys": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}},
+                "NewImage": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}, "itemType": {"S": "OUTBOX"},
+                    "eventId": {"S": event_id}, "source": {"S": "servicing.account-state"}, "detailType": {"S": "FeeAssessed"},
+                    "detail": {"S": detail}}}
+        }))
+        .expect("record")
+    };
+    let huge = json!({"eventId": "evt_huge", "blob": "x".repeat(300 * 1024)}).to_string();
+    let mut broken = record("2", "evt_broken", "{}".into());
+    broken.change.new_image.remove("detailType");
+    let records = vec![
+        record("1", "evt_a", json!({"eventId": "evt_a"}).to_string()),
+        broken,
+        record("3", "evt_huge", huge),
+        record("4", "evt_b", json!({"eventId": "evt_b"}).to_string()),
+    ];
+    let report = relay_with(&servicing, &config, &routed.bus)
+        .relay(&records)
+        .await;
+    assert_eq!(
+        (
+            report.published,
+            report.quarantined,
+            report.checkpoint.clone()
+        ),
+        (2, 2, None)
+    );
+    let quarantined = servicing.quarantine().await;
+    let reasons: Vec<&str> = quarantined
+        .iter()
+        .filter_map(|q| attr_s(q, "reason"))
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("undecodable outbox image")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("over EventBridge's 262144-byte entry limit")),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        event_ids(&routed.drain().await),
+        ["evt_a", "evt_b"].map(String::from).into_iter().collect()
+    );
+}
