@@ -1,6 +1,7 @@
 //! Integration tests against the local engines (one test binary, one module per concern).
 
 mod account_state;
+mod collections;
 mod engines;
 mod lambda_path;
 mod relay;

@@ -37,20 +37,31 @@ fn assert_matches_expected(ledger: &Ledger, expected: &Value, expected_duplicate
     }
 }
 
+/// Every `<name>.jsonl` with a `<name>.expected.json` beside it.
+const SAMPLES: [&str; 2] = ["basic", "delinquent"];
+
 #[test]
-fn when_basic_sample_is_replayed_in_order_should_reach_the_expected_state() {
-    let expected: Value =
-        serde_json::from_str(&fixture("basic.expected.json")).expect("expected json");
-    let ledger = replay(&lines(&fixture("basic.jsonl")));
-    assert_matches_expected(&ledger, &expected, 0);
-    assert!(ledger.quarantine().is_empty());
+fn when_a_sample_is_replayed_in_order_should_reach_the_expected_state() {
+    for name in SAMPLES {
+        let expected: Value = serde_json::from_str(&fixture(&format!("{name}.expected.json")))
+            .expect("expected json");
+        let ledger = replay(&lines(&fixture(&format!("{name}.jsonl"))));
+        assert_matches_expected(&ledger, &expected, 0);
+        assert!(ledger.quarantine().is_empty(), "{name}");
+    }
 }
 
 #[test]
 fn when_every_line_is_delivered_twice_re_serialised_should_only_count_duplicates() {
+    for name in SAMPLES {
+        every_line_twice(name);
+    }
+}
+
+fn every_line_twice(name: &str) {
     let expected: Value =
-        serde_json::from_str(&fixture("basic.expected.json")).expect("expected json");
-    let originals = lines(&fixture("basic.jsonl"));
+        serde_json::from_str(&fixture(&format!("{name}.expected.json"))).expect("expected json");
+    let originals = lines(&fixture(&format!("{name}.jsonl")));
     let mut stream = Vec::new();
     for line in &originals {
         stream.push(line.clone());

@@ -1,0 +1,371 @@
+//! The collections consumer against real DynamoDB engines (both must agree) and a local HTTP
+//! receiver that records every call and deduplicates on `Idempotency-Key`, like a real one.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use collections_handler::{ActionOutcome, CONSUMER, CollectionsHandler, MessageResult, Notifier};
+use integration_tests::Engine;
+use integration_tests::http_server::{LocalServer, respond, serve};
+use integration_tests::servicing::{Servicing, attr_s, fixture, sqs_message};
+use serde_json::{Value, json};
+use servicing_store::{
+    ActionStatus, DEFAULT_CLAIM_RETENTION, Fault, FaultPlan, ServicingStore, StoreConfig,
+};
+
+macro_rules! on_both_engines {
+    ($($scenario:ident),* $(,)?) => {
+        mod dynamodb_local {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::DynamoDbLocal).await; })*
+        }
+        mod ministack {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::MiniStack).await; })*
+        }
+    };
+}
+
+on_both_engines!(
+    when_delinquency_is_delivered_5_times_should_notify_once,
+    when_stopped_between_intent_and_call_should_execute_the_pending_intent_on_replay,
+    when_the_receiver_fails_transiently_should_retry_with_the_same_action_id,
+    when_the_receiver_rejects_definitively_should_record_it_and_not_retry,
+    when_the_envelope_is_bad_or_collides_should_quarantine,
+);
+
+/// Records calls; answers from `plan` (then 200), deduplicating on the key like a real receiver.
+#[derive(Clone, Default)]
+pub struct Receiver {
+    pub calls: Arc<Mutex<Vec<(String, Value)>>>,
+    pub plan: Arc<Mutex<VecDeque<u16>>>,
+}
+
+impl Receiver {
+    pub async fn start(&self) -> LocalServer {
+        let me = self.clone();
+        serve(move |parts, body| {
+            let me = me.clone();
+            async move {
+                let key = parts
+                    .headers
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                me.calls.lock().expect("calls").push((key, body));
+                let status = me.plan.lock().expect("plan").pop_front().unwrap_or(200);
+                respond(status, "application/json", r#"{"ok":true}"#)
+            }
+        })
+        .await
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.calls
+            .lock()
+            .expect("calls")
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Notifications as the customer experiences them: one per distinct key.
+    pub fn distinct(&self) -> BTreeSet<String> {
+        self.keys().into_iter().collect()
+    }
+}
+
+/// The `DelinquencyChanged` events of the delinquent sample, as EventBridge delivers them to SQS.
+async fn delinquency_envelopes(servicing: &Servicing) -> Vec<Value> {
+    let handler = servicing.handler();
+    let messages: Vec<_> = fixture("delinquent.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| sqs_message(&format!("s{i}"), l, 1))
+        .collect();
+    handler.process(&messages).await;
+    servicing
+        .outbox("acc_7001")
+        .await
+        .into_iter()
+        .filter(|d| d["eventType"] == "DelinquencyChanged")
+        .map(|detail| {
+            json!({"version": "0", "id": format!("eb-{}", detail["eventId"].as_str().unwrap_or_default()),
+                   "detail-type": "DelinquencyChanged", "source": "servicing.account-state",
+                   "account": "000000000000", "time": detail["occurredAt"], "region": "us-east-1",
+                   "resources": [], "detail": detail})
+        })
+        .collect()
+}
+
+fn collections(
+    servicing: &Servicing,
+    receiver: &LocalServer,
+    faults: FaultPlan,
+) -> CollectionsHandler {
+    let store = ServicingStore::new(
+        servicing.client.clone(),
+        StoreConfig {
+            table: servicing.table.clone(),
+            consumer: CONSUMER.into(),
+            claim_retention: DEFAULT_CLAIM_RETENTION,
+        },
+    )
+    .with_faults(faults);
+    CollectionsHandler::new(
+        store,
+        Notifier::new(&receiver.url(), Duration::from_secs(2)).expect("notifier"),
+    )
+}
+
+async fn deliver(handler: &CollectionsHandler, id: &str, envelope: &Value) -> MessageResult {
+    handler
+        .process(&[sqs_message(id, &envelope.to_string(), 1)])
+        .await
+        .remove(0)
+        .1
+}
+
+fn entering_30(envelopes: &[Value]) -> &Value {
+    envelopes
+        .iter()
+        .find(|e| e["detail"]["toBucket"] == "DPD_30_59")
+        .expect("DPD_30_59 event")
+}
+
+async fn action_status(servicing: &Servicing, action_id: &str) -> (String, String) {
+    let item = servicing
+        .client
+        .get_item()
+        .table_name(&servicing.table)
+        .key("pk", AttributeValue::S(format!("ACTION#{action_id}")))
+        .key("sk", AttributeValue::S("ACTION".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get")
+        .item
+        .expect("action recorded");
+    let attempts = match item.get("attempts") {
+        Some(AttributeValue::N(n)) => n.clone(),
+        _ => String::new(),
+    };
+    (
+        attr_s(&item, "status").unwrap_or_default().to_owned(),
+        attempts,
+    )
+}
+
+const SENT_NOW: Option<ActionOutcome> = Some(ActionOutcome {
+    status: ActionStatus::Sent,
+    executed_now: true,
+});
+const SENT_BEFORE: Option<ActionOutcome> = Some(ActionOutcome {
+    status: ActionStatus::Sent,
+    executed_now: false,
+});
+
+async fn when_delinquency_is_delivered_5_times_should_notify_once(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    assert_eq!(envelopes.len(), 3, "into 1-29, into 30-59, cure");
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, FaultPlan::default());
+
+    for round in 0..5 {
+        for (i, envelope) in envelopes.iter().enumerate() {
+            let result = deliver(&handler, &format!("r{round}-e{i}"), envelope).await;
+            let actionable = envelope["detail"]["toBucket"] == "DPD_30_59";
+            let expected = match (round, actionable) {
+                (0, true) => MessageResult::Handled { action: SENT_NOW },
+                (0, false) => MessageResult::Handled { action: None },
+                (_, true) => MessageResult::Duplicate {
+                    action: SENT_BEFORE,
+                },
+                (_, false) => MessageResult::Duplicate { action: None },
+            };
+            assert_eq!(result, expected, "round {round}, event {i}");
+        }
+    }
+    let event_id = entering_30(&envelopes)["detail"]["eventId"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let action_id = format!("collections_notification:acc_7001:DPD_30_59:{event_id}");
+    assert_eq!(
+        receiver.keys(),
+        vec![action_id.clone()],
+        "exactly one call, keyed by the actionId"
+    );
+    let (_, body) = receiver.calls.lock().expect("calls")[0].clone();
+    assert_eq!(
+        (
+            body["accountId"].as_str(),
+            body["toBucket"].as_str(),
+            body["dpd"].as_u64()
+        ),
+        (Some("acc_7001"), Some("DPD_30_59"), Some(35))
+    );
+    assert_eq!(
+        action_status(&servicing, &action_id).await,
+        ("SENT".into(), "1".into())
+    );
+}
+
+async fn when_stopped_between_intent_and_call_should_execute_the_pending_intent_on_replay(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let faults = FaultPlan::default();
+    let handler = collections(&servicing, &server, faults.clone());
+
+    // The commit of claim + intent happens, then the function "dies" before the call.
+    faults.push(Fault::LoseResponse);
+    assert!(matches!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Retry { .. }
+    ));
+    assert!(receiver.keys().is_empty(), "no call was made");
+    let event_id = envelope["detail"]["eventId"].as_str().expect("id");
+    let action_id = format!("collections_notification:acc_7001:DPD_30_59:{event_id}");
+    assert_eq!(action_status(&servicing, &action_id).await.0, "PENDING");
+
+    // Replays (another instance too): the first finds the intent pending and executes it.
+    let other = collections(&servicing, &server, FaultPlan::default());
+    assert_eq!(
+        deliver(&other, "m1", envelope).await,
+        MessageResult::Duplicate { action: SENT_NOW }
+    );
+    for i in 0..3 {
+        assert_eq!(
+            deliver(&handler, &format!("m1-{i}"), envelope).await,
+            MessageResult::Duplicate {
+                action: SENT_BEFORE
+            }
+        );
+    }
+    assert_eq!(
+        receiver.keys(),
+        vec![action_id],
+        "one notification, same actionId"
+    );
+}
+
+async fn when_the_receiver_fails_transiently_should_retry_with_the_same_action_id(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    receiver.plan.lock().expect("plan").extend([503, 429]);
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, FaultPlan::default());
+
+    assert!(
+        matches!(deliver(&handler, "m1", envelope).await, MessageResult::Retry { reason } if reason.contains("HTTP 503"))
+    );
+    assert!(
+        matches!(deliver(&handler, "m1", envelope).await, MessageResult::Retry { reason } if reason.contains("HTTP 429"))
+    );
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate { action: SENT_NOW }
+    );
+    assert_eq!(receiver.keys().len(), 3, "three attempts");
+    assert_eq!(
+        receiver.distinct().len(),
+        1,
+        "one notification: every attempt carried the same actionId"
+    );
+    let action_id = receiver.keys()[0].clone();
+    assert_eq!(
+        action_status(&servicing, &action_id).await,
+        ("SENT".into(), "3".into())
+    );
+}
+
+async fn when_the_receiver_rejects_definitively_should_record_it_and_not_retry(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    receiver.plan.lock().expect("plan").push_back(422);
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, FaultPlan::default());
+
+    let rejected_now = Some(ActionOutcome {
+        status: ActionStatus::Rejected,
+        executed_now: true,
+    });
+    let rejected_before = Some(ActionOutcome {
+        status: ActionStatus::Rejected,
+        executed_now: false,
+    });
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Handled {
+            action: rejected_now
+        }
+    );
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate {
+            action: rejected_before
+        }
+    );
+    assert_eq!(receiver.keys().len(), 1, "not retried");
+    assert_eq!(
+        action_status(&servicing, &receiver.keys()[0]).await.0,
+        "REJECTED"
+    );
+}
+
+async fn when_the_envelope_is_bad_or_collides_should_quarantine(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, FaultPlan::default());
+
+    let mut no_id = entering_30(&envelopes).clone();
+    no_id["detail"]
+        .as_object_mut()
+        .expect("detail")
+        .remove("eventId");
+    let mut bad_bucket = entering_30(&envelopes).clone();
+    bad_bucket["detail"]["toBucket"] = json!("DPD_31_60");
+    let original = &envelopes[0];
+    let mut collision = original.clone();
+    collision["detail"]["dpd"] = json!(99);
+    let fee = json!({"detail-type": "FeeAssessed", "detail": {"eventId": "evt_fee"}});
+
+    assert!(matches!(
+        handler.process(&[sqs_message("bad1", "not json", 1)]).await[0].1,
+        MessageResult::Quarantined { .. }
+    ));
+    assert!(
+        matches!(deliver(&handler, "bad2", &no_id).await, MessageResult::Quarantined { reason } if reason == "detail.eventId is missing")
+    );
+    assert!(
+        matches!(deliver(&handler, "bad3", &bad_bucket).await, MessageResult::Quarantined { reason } if reason.contains("not a bucket"))
+    );
+    assert_eq!(
+        deliver(&handler, "ok", original).await,
+        MessageResult::Handled { action: None }
+    );
+    assert!(
+        matches!(deliver(&handler, "col", &collision).await, MessageResult::Quarantined { reason } if reason.starts_with("collision"))
+    );
+    assert_eq!(deliver(&handler, "fee", &fee).await, MessageResult::Ignored);
+    assert_eq!(servicing.quarantine().await.len(), 4);
+    assert!(receiver.keys().is_empty());
+}
