@@ -19,7 +19,7 @@ set -a
 source .local/engines.env
 set +a
 # The Lambda-path tests deploy the real function binaries to MiniStack.
-cargo build --locked -p account-state
+cargo build --locked -p account-state -p outbox-relay -p collections
 log=$(mktemp)
 status=0
 cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?

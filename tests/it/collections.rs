@@ -38,7 +38,7 @@ on_both_engines!(
 
 /// Records calls; answers from `plan` (then 200), deduplicating on the key like a real receiver.
 #[derive(Clone, Default)]
-pub struct Receiver {
+pub(crate) struct Receiver {
     pub calls: Arc<Mutex<Vec<(String, Value)>>>,
     pub plan: Arc<Mutex<VecDeque<u16>>>,
 }

@@ -1,46 +1,62 @@
-//! The real Lambda path: the account-state binary deployed to MiniStack as a `provided.al2023`
-//! function behind an SQS event source mapping (created here, from the test), fed a duplicated
-//! sample stream through the queue.
+//! The real Lambda path on MiniStack: function binaries deployed as `provided.al2023` Lambdas,
+//! event source mappings created here, events fed through the queues.
+//!
+//! 1. account-state alone behind a FIFO queue: a duplicated sample reaches the expected state.
+//! 2. The whole pipeline: servicing queue → account-state → stream → outbox-relay → EventBridge →
+//!    rule → collections queue → collections → a local HTTP receiver.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use aws_sdk_lambda::primitives::Blob;
-use aws_sdk_lambda::types::{Environment, FunctionResponseType, Runtime};
-use aws_sdk_sqs::types::QueueAttributeName;
+use aws_sdk_lambda::types::{EventSourcePosition, Filter, FilterCriteria, FunctionResponseType};
+use integration_tests::lambda::{deploy, pending, queue};
 use integration_tests::servicing::{Servicing, assert_state_matches, fixture};
 use integration_tests::{Engine, unique_name};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-/// The function binary, built by `infra/test.sh` (`cargo build -p account-state`).
-fn bootstrap_binary(name: &str) -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let path = target.join("debug").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p {name}` (infra/test.sh does)",
-        path.display()
-    );
-    path
+use crate::collections::Receiver;
+
+/// Sends every line in order, grouped by account, with every third line sent again later.
+async fn send_duplicated(sqs: &aws_sdk_sqs::Client, queue_url: &str, streams: &[&str]) -> usize {
+    let mut sent = 0;
+    for name in streams {
+        let sample = fixture(&format!("{name}.jsonl"));
+        let lines: Vec<&str> = sample.lines().filter(|l| !l.trim().is_empty()).collect();
+        let mut stream = lines.clone();
+        stream.extend(lines.iter().step_by(3));
+        for body in stream {
+            let account = serde_json::from_str::<Value>(body).expect("json")["accountId"]
+                .as_str()
+                .expect("account")
+                .to_owned();
+            sqs.send_message()
+                .queue_url(queue_url)
+                .message_body(body)
+                .message_group_id(account)
+                // A distinct deduplication id: the queue must not hide the duplicates from us.
+                .message_deduplication_id(unique_name("delivery"))
+                .send()
+                .await
+                .expect("send");
+            sent += 1;
+        }
+    }
+    sent
 }
 
-/// A Lambda deployment package: the binary as `bootstrap` at the root of a zip, executable.
-fn package(binary: &PathBuf) -> Vec<u8> {
-    let dir = std::env::temp_dir().join(unique_name("package"));
-    std::fs::create_dir_all(&dir).expect("package dir");
-    std::fs::copy(binary, dir.join("bootstrap")).expect("copy bootstrap");
-    // Python's zipfile keeps the file mode; no zip tool or crate needed.
-    let status = std::process::Command::new("python3")
-        .args(["-m", "zipfile", "-c", "function.zip", "bootstrap"])
-        .current_dir(&dir)
-        .status()
-        .expect("python3");
-    assert!(status.success(), "zipping the bootstrap failed");
-    let zip = std::fs::read(dir.join("function.zip")).expect("zip");
-    let _ = std::fs::remove_dir_all(&dir);
-    zip
+async fn sqs_mapping(lambda: &aws_sdk_lambda::Client, function: &str, queue_arn: &str) {
+    lambda
+        .create_event_source_mapping()
+        .function_name(function)
+        .event_source_arn(queue_arn)
+        .batch_size(10)
+        .function_response_types(FunctionResponseType::ReportBatchItemFailures)
+        .send()
+        .await
+        .expect("SQS event source mapping");
+}
+
+fn expected(name: &str) -> Value {
+    serde_json::from_str(&fixture(&format!("{name}.expected.json"))).expect("expected json")
 }
 
 #[tokio::test]
@@ -51,98 +67,20 @@ async fn when_a_duplicated_sample_goes_through_the_deployed_lambda_should_reach_
     let sqs = aws_sdk_sqs::Client::new(&config);
     let lambda = aws_sdk_lambda::Client::new(&config);
 
-    // FIFO, grouped by account: the queue keeps each account's events in order.
-    let queue = sqs
-        .create_queue()
-        .queue_name(format!("{}.fifo", unique_name("servicing")))
-        .attributes(QueueAttributeName::FifoQueue, "true")
-        .attributes(QueueAttributeName::VisibilityTimeout, "30")
-        .send()
-        .await
-        .expect("queue")
-        .queue_url
-        .expect("url");
-    let queue_arn = sqs
-        .get_queue_attributes()
-        .queue_url(&queue)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("attributes")
-        .attributes()
-        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-        .expect("arn");
+    let (queue_url, queue_arn) = queue(&sqs, "servicing", true).await;
+    let function = deploy(
+        &lambda,
+        "account-state",
+        &[("TABLE_NAME", &servicing.table)],
+    )
+    .await;
+    sqs_mapping(&lambda, &function, &queue_arn).await;
+    send_duplicated(&sqs, &queue_url, &["basic"]).await;
 
-    let function = unique_name("account-state");
-    lambda
-        .create_function()
-        .function_name(&function)
-        .runtime(Runtime::Providedal2023)
-        .handler("bootstrap")
-        .role("arn:aws:iam::000000000000:role/account-state")
-        .timeout(30)
-        .code(
-            aws_sdk_lambda::types::FunctionCode::builder()
-                .zip_file(Blob::new(package(&bootstrap_binary("account-state"))))
-                .build(),
-        )
-        .environment(
-            Environment::builder()
-                .variables("TABLE_NAME", &servicing.table)
-                .variables("RUST_LOG", "info")
-                .build(),
-        )
-        .send()
-        .await
-        .expect("create function");
-    lambda
-        .create_event_source_mapping()
-        .function_name(&function)
-        .event_source_arn(&queue_arn)
-        .batch_size(10)
-        .function_response_types(FunctionResponseType::ReportBatchItemFailures)
-        .send()
-        .await
-        .expect("event source mapping");
-
-    // The sample, with every third line delivered again later (a producer retry).
-    let sample = fixture("basic.jsonl");
-    let lines: Vec<&str> = sample.lines().filter(|l| !l.trim().is_empty()).collect();
-    let mut stream: Vec<&str> = lines.clone();
-    stream.extend(lines.iter().step_by(3));
-    for (i, body) in stream.iter().enumerate() {
-        let account = serde_json::from_str::<Value>(body).expect("json")["accountId"]
-            .as_str()
-            .expect("account")
-            .to_owned();
-        sqs.send_message()
-            .queue_url(&queue)
-            .message_body(*body)
-            .message_group_id(account)
-            // A distinct deduplication id: the queue must not hide the duplicates from us.
-            .message_deduplication_id(format!("delivery-{i}"))
-            .send()
-            .await
-            .expect("send");
-    }
-
-    // Quiet = the queue is drained and the state stopped moving.
     let mut report = Value::Null;
     for _ in 0..120 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let attrs = sqs
-            .get_queue_attributes()
-            .queue_url(&queue)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-            .send()
-            .await
-            .expect("attributes");
-        let pending: u64 = attrs
-            .attributes()
-            .map(|a| a.values().filter_map(|v| v.parse::<u64>().ok()).sum())
-            .unwrap_or_default();
-        if pending == 0
+        if pending(&sqs, &queue_url).await == 0
             && servicing
                 .loan("acc_4002")
                 .await
@@ -157,13 +95,163 @@ async fn when_a_duplicated_sample_goes_through_the_deployed_lambda_should_reach_
         Value::Null,
         "the deployed function did not drain the queue in time"
     );
-    let expected: Value = serde_json::from_str(&fixture("basic.expected.json")).expect("json");
-    assert_state_matches(&report, &expected, "deployed Lambda");
-    let claims = servicing.items_of_type("CLAIM").await;
+    assert_state_matches(&report, &expected("basic"), "deployed Lambda");
     assert_eq!(
-        claims.len(),
+        servicing.items_of_type("CLAIM").await.len(),
         10,
         "9 applied + 1 stale fact claimed once each"
+    );
+    assert!(servicing.quarantine().await.is_empty());
+}
+
+#[tokio::test]
+async fn when_samples_flow_through_the_whole_deployed_pipeline_should_notify_exactly_once() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let lambda = aws_sdk_lambda::Client::new(&config);
+    let events = aws_sdk_eventbridge::Client::new(&config);
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+
+    // account-state behind the FIFO servicing queue.
+    let (servicing_url, servicing_arn) = queue(&sqs, "servicing", true).await;
+    let account_state = deploy(
+        &lambda,
+        "account-state",
+        &[("TABLE_NAME", &servicing.table)],
+    )
+    .await;
+    sqs_mapping(&lambda, &account_state, &servicing_arn).await;
+
+    // The relay on the table's stream, filtered to outbox inserts (the code filters too).
+    let bus = unique_name("bus");
+    events
+        .create_event_bus()
+        .name(&bus)
+        .send()
+        .await
+        .expect("bus");
+    let relay = deploy(
+        &lambda,
+        "outbox-relay",
+        &[("TABLE_NAME", &servicing.table), ("EVENT_BUS_NAME", &bus)],
+    )
+    .await;
+    let stream_arn = servicing
+        .client
+        .describe_table()
+        .table_name(&servicing.table)
+        .send()
+        .await
+        .expect("describe")
+        .table()
+        .and_then(|t| t.latest_stream_arn())
+        .expect("stream")
+        .to_owned();
+    lambda
+        .create_event_source_mapping()
+        .function_name(&relay)
+        .event_source_arn(&stream_arn)
+        .starting_position(EventSourcePosition::TrimHorizon)
+        .batch_size(100)
+        .function_response_types(FunctionResponseType::ReportBatchItemFailures)
+        .filter_criteria(
+            FilterCriteria::builder()
+                .filters(Filter::builder().pattern(r#"{"eventName":["INSERT"],"dynamodb":{"NewImage":{"itemType":{"S":["OUTBOX"]}}}}"#).build())
+                .build(),
+        )
+        .send()
+        .await
+        .expect("stream event source mapping");
+
+    // DelinquencyChanged → collections queue → collections → the receiver.
+    let (collections_url, collections_arn) = queue(&sqs, "collections", false).await;
+    let rule = unique_name("delinquency");
+    events
+        .put_rule()
+        .name(&rule)
+        .event_bus_name(&bus)
+        .event_pattern(
+            json!({"source": ["servicing.account-state"], "detail-type": ["DelinquencyChanged"]})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("rule");
+    events
+        .put_targets()
+        .rule(&rule)
+        .event_bus_name(&bus)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("collections")
+                .arn(&collections_arn)
+                .build()
+                .expect("target"),
+        )
+        .send()
+        .await
+        .expect("target");
+    let collections = deploy(
+        &lambda,
+        "collections",
+        &[
+            ("TABLE_NAME", &servicing.table),
+            ("NOTIFICATION_URL", &server.url()),
+        ],
+    )
+    .await;
+    sqs_mapping(&lambda, &collections, &collections_arn).await;
+
+    send_duplicated(&sqs, &servicing_url, &["basic", "delinquent"]).await;
+
+    // Quiet: both queues drained, both accounts at their final version, one notification seen,
+    // and nothing more arriving for a few more polls.
+    let mut quiet_polls = 0;
+    for _ in 0..180 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let drained =
+            pending(&sqs, &servicing_url).await == 0 && pending(&sqs, &collections_url).await == 0;
+        let settled = servicing
+            .loan("acc_4002")
+            .await
+            .is_some_and(|(_, v)| v == 9)
+            && servicing
+                .loan("acc_7001")
+                .await
+                .is_some_and(|(_, v)| v == 5);
+        if drained && settled && !receiver.keys().is_empty() {
+            quiet_polls += 1;
+            if quiet_polls == 6 {
+                break;
+            }
+        } else {
+            quiet_polls = 0;
+        }
+    }
+    assert_eq!(
+        quiet_polls,
+        6,
+        "the pipeline did not settle in time; receiver saw {:?}",
+        receiver.keys()
+    );
+    for (account, name) in [("acc_4002", "basic"), ("acc_7001", "delinquent")] {
+        assert_state_matches(
+            &servicing.account_report(account).await,
+            &expected(name),
+            &format!("pipeline {name}"),
+        );
+    }
+    let keys = receiver.keys();
+    assert_eq!(
+        receiver.distinct().len(),
+        1,
+        "exactly one notification: {keys:?}"
+    );
+    assert!(
+        keys[0].starts_with("collections_notification:acc_7001:DPD_30_59:evt_"),
+        "{keys:?}"
     );
     assert!(servicing.quarantine().await.is_empty());
 }
