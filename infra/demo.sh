@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
-# The main job (for now): replay a sample stream, with injected duplicates, through the domain
-# core and print each account's final state, the counts and a reconciliation line.
-#   infra/demo.sh [events.jsonl] [duplicate percent]
+# The main job: the local pipeline. Starts MiniStack (and DynamoDB Local), builds the functions
+# with `sam build` (cargo-lambda, host architecture), deploys the SAME template.yaml to MiniStack
+# through CloudFormation with the SAM transform, feeds the sample streams with injected
+# duplicates to the deployed servicing queue, waits until quiet, prints each account's final
+# state (checked against its expected fixture), the counts and a reconciliation line. Exits
+# non-zero when an invariant fails. The stack stays up (see .local/env); a second run reuses it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-stream=${1:-fixtures/samples/basic.jsonl}
-duplicates=${2:-50}
-cargo run --quiet --locked -p ledgerctl -- replay "$stream" --inject-duplicates "$duplicates"
+
+echo "==> tools (sam, cargo-lambda) and local engines"
+bash infra/tools.sh sam
+infra/engines.sh start >/dev/null
+set -a
+# shellcheck source=/dev/null
+source .local/engines.env
+set +a
+# cargo-lambda finds zig through `python3 -m ziglang`: its venv must come first.
+export PATH="$ROOT/.local/venv-tools/bin:$PATH"
+.local/venv-engines/bin/python infra/local_pipeline.py
+echo "(the engines keep running with the stack; stop them with: infra/engines.sh stop)"

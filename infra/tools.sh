@@ -2,7 +2,7 @@
 # Pinned Python-distributed tools in git-ignored venvs under .local/ (idempotent):
 #   .local/venv-tools    aws-sam-cli, cfn-lint, cargo-lambda (+ ziglang)
 #   .local/venv-checkov  checkov
-# Prints nothing on success; `source`-able helpers are not needed: call the binaries by path.
+#   infra/tools.sh [sam|checkov]   (default: both)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=versions.env
@@ -18,6 +18,11 @@ ensure_venv() { # dir, marker, packages...
   echo "$marker" >"$dir/.installed"
 }
 
-ensure_venv "$ROOT/.local/venv-tools" "sam=$AWS_SAM_CLI_VERSION cfn=$CFN_LINT_VERSION cl=$CARGO_LAMBDA_VERSION" \
-  "aws-sam-cli==$AWS_SAM_CLI_VERSION" "cfn-lint==$CFN_LINT_VERSION" "cargo-lambda==$CARGO_LAMBDA_VERSION"
-ensure_venv "$ROOT/.local/venv-checkov" "checkov=$CHECKOV_VERSION" "checkov==$CHECKOV_VERSION"
+which=${1:-all}
+if [[ $which == all || $which == sam ]]; then
+  ensure_venv "$ROOT/.local/venv-tools" "sam=$AWS_SAM_CLI_VERSION cfn=$CFN_LINT_VERSION cl=$CARGO_LAMBDA_VERSION" \
+    "aws-sam-cli==$AWS_SAM_CLI_VERSION" "cfn-lint==$CFN_LINT_VERSION" "cargo-lambda==$CARGO_LAMBDA_VERSION"
+fi
+if [[ $which == all || $which == checkov ]]; then
+  ensure_venv "$ROOT/.local/venv-checkov" "checkov=$CHECKOV_VERSION" "checkov==$CHECKOV_VERSION"
+fi

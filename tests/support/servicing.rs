@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::{
 };
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, Config};
-use servicing_domain::{LoanAccount, StoredAllocation};
+use servicing_domain::{AccountId, LoanAccount, StoredAllocation};
 use servicing_store::{FaultPlan, ServicingStore, StoreConfig};
 
 use crate::{Engine, unique_name};
@@ -176,40 +176,20 @@ impl Servicing {
         })
     }
 
-    pub async fn allocations(&self, account: &str) -> Vec<StoredAllocation> {
-        self.query_prefix(&format!("LOAN#{account}"), "ALLOC#")
-            .await
-            .into_iter()
-            .map(|item| serde_dynamo::from_item(item).expect("allocation item"))
-            .collect()
+    fn store(&self) -> ServicingStore {
+        ServicingStore::new(
+            self.client.clone(),
+            StoreConfig {
+                table: self.table.clone(),
+                consumer: "test-reader".into(),
+                claim_retention: servicing_store::DEFAULT_CLAIM_RETENTION,
+            },
+        )
     }
 
-    async fn query_prefix(
-        &self,
-        pk: &str,
-        sk_prefix: &str,
-    ) -> Vec<std::collections::HashMap<String, AttributeValue>> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                .expression_attribute_values(":pk", AttributeValue::S(pk.into()))
-                .expression_attribute_values(":prefix", AttributeValue::S(sk_prefix.into()))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .expect("query");
-            items.extend(page.items().iter().cloned());
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return items;
-            }
-        }
+    pub async fn allocations(&self, account: &str) -> Vec<StoredAllocation> {
+        let id = AccountId::parse(account).expect("account id");
+        self.store().allocations(&id).await.expect("allocations")
     }
 
     /// Every item of one type (a scan: fine for a test table).
@@ -260,15 +240,12 @@ impl Servicing {
     /// The stored state of `account` in the shape of the contract's `*.expected.json`
     /// (without `counts`, which belong to the deliveries, not to the state).
     pub async fn account_report(&self, account: &str) -> Value {
-        let (loan, _) = self.loan(account).await.expect("account exists");
-        let allocations = self.allocations(account).await;
-        let changes: Vec<Value> = self
-            .outbox(account)
+        let id = AccountId::parse(account).expect("account id");
+        self.store()
+            .account_report(&id)
             .await
-            .into_iter()
-            .filter(|d| d["eventType"] == "DelinquencyChanged")
-            .collect();
-        servicing_domain::report::account_report(&loan, &allocations, &changes)
+            .expect("report")
+            .expect("account exists")
     }
 
     pub async fn quarantine(&self) -> Vec<std::collections::HashMap<String, AttributeValue>> {

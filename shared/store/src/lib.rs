@@ -515,6 +515,104 @@ impl ServicingStore {
         item
     }
 
+    /// Every stored allocation of an account (its partition, `ALLOC#` items).
+    pub async fn allocations(
+        &self,
+        account_id: &AccountId,
+    ) -> Result<Vec<StoredAllocation>, StoreError> {
+        let (pk, _) = items::loan_key(account_id);
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.config.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":pk", s(pk.clone()))
+                .expression_attribute_values(":prefix", s("ALLOC#"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in page.items.unwrap_or_default() {
+                out.push(items::allocation_from_item(item)?);
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The `detail` of an account's outbox events of one type, in business-time order. A scan:
+    /// for operators and tests on small tables, never on a hot path.
+    pub async fn outbox_details(
+        &self,
+        account_id: &AccountId,
+        detail_type: &str,
+    ) -> Result<Vec<serde_json::Value>, StoreError> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.config.table)
+                .filter_expression(
+                    "itemType = :outbox AND accountId = :account AND detailType = :type",
+                )
+                .expression_attribute_values(":outbox", s("OUTBOX"))
+                .expression_attribute_values(":account", s(account_id.as_str()))
+                .expression_attribute_values(":type", s(detail_type))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in page.items.unwrap_or_default() {
+                let detail = items::string(&item, "detail")
+                    .and_then(|d| serde_json::from_str(d).ok())
+                    .ok_or_else(|| {
+                        StoreError::Corrupt("outbox item without a JSON detail".into())
+                    })?;
+                out.push(detail);
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        out.sort_by(|a: &serde_json::Value, b| {
+            (a["occurredAt"].as_str(), a["eventId"].as_str())
+                .cmp(&(b["occurredAt"].as_str(), b["eventId"].as_str()))
+        });
+        Ok(out)
+    }
+
+    /// The account in the shape of the contract's `*.expected.json` (`None`: no such account).
+    pub async fn account_report(
+        &self,
+        account_id: &AccountId,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let Some(current) = self.load(account_id, &[]).await?.account else {
+            return Ok(None);
+        };
+        let allocations = self.allocations(account_id).await?;
+        let changes = self
+            .outbox_details(
+                account_id,
+                servicing_domain::outbox::detail_types::DELINQUENCY_CHANGED,
+            )
+            .await?;
+        Ok(Some(servicing_domain::report::account_report(
+            &current.account,
+            &allocations,
+            &changes,
+        )))
+    }
+
     /// The stored action (consistent read).
     #[tracing::instrument(skip_all, fields(action_id))]
     pub async fn action(&self, action_id: &str) -> Result<Option<ActionRecord>, StoreError> {
