@@ -4,4 +4,5 @@ mod account_state;
 mod collections;
 mod engines;
 mod lambda_path;
+mod payments_api;
 mod relay;

@@ -170,15 +170,37 @@ pub fn event_source(consumer: &str) -> String {
 }
 
 pub fn outbox_item(consumer: &str, event: &DomainEvent, now: i64, expires_at: i64) -> Item {
-    let mut item = with_key(Item::new(), outbox_key(&event.event_id), "OUTBOX");
-    item.insert("eventId".into(), s(&event.event_id));
-    item.insert("source".into(), s(event_source(consumer)));
-    item.insert("detailType".into(), s(&event.detail_type));
-    item.insert("accountId".into(), s(event.account_id.as_str()));
-    item.insert("detail".into(), s(event.detail().to_string()));
+    raw_outbox_item(
+        &crate::OutboxEntry {
+            event_id: event.event_id.clone(),
+            source: event_source(consumer),
+            detail_type: event.detail_type.clone(),
+            account_id: event.account_id.clone(),
+            detail: event.detail(),
+        },
+        now,
+        expires_at,
+    )
+}
+
+pub fn raw_outbox_item(entry: &crate::OutboxEntry, now: i64, expires_at: i64) -> Item {
+    let mut item = with_key(Item::new(), outbox_key(&entry.event_id), "OUTBOX");
+    item.insert("eventId".into(), s(&entry.event_id));
+    item.insert("source".into(), s(&entry.source));
+    item.insert("detailType".into(), s(&entry.detail_type));
+    item.insert("accountId".into(), s(entry.account_id.as_str()));
+    item.insert("detail".into(), s(entry.detail.to_string()));
     item.insert("createdAt".into(), n(now));
     item.insert(EXPIRES_AT.into(), n(expires_at));
     item
+}
+
+/// Idempotency records of the API are scoped to the caller: the principal is part of the key.
+pub fn idempotency_key(principal_scope: &str, key: &str) -> (String, String) {
+    (
+        format!("IDEMPOTENCY#{principal_scope}#{key}"),
+        "IDEMPOTENCY".to_owned(),
+    )
 }
 
 pub fn number(item: &Item, attribute: &str) -> Result<u64, StoreError> {

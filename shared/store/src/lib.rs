@@ -158,6 +158,39 @@ pub enum CommitOutcome {
     Contended,
 }
 
+/// An event to publish through the outbox, in its final form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    pub event_id: String,
+    /// EventBridge `source`.
+    pub source: String,
+    /// EventBridge `detail-type`.
+    pub detail_type: String,
+    pub account_id: AccountId,
+    pub detail: serde_json::Value,
+}
+
+/// A stored API response, replayed for a repeated idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub request_fingerprint: Fingerprint,
+    pub status: u16,
+    pub body: String,
+}
+
+/// How an idempotent API command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandOutcome {
+    /// Recorded with its response and outbox event, in one transaction.
+    Accepted,
+    /// The key was used before (by this caller): here is what was stored.
+    Existing(StoredResponse),
+    /// The account does not exist (nothing stored).
+    AccountMissing,
+    /// Another request with the same key is being committed right now (`TransactionConflict`).
+    InFlight,
+}
+
 /// A message that will not be applied, as stored for operators.
 #[derive(Debug, Clone)]
 pub struct QuarantineEntry<'a> {
@@ -610,6 +643,114 @@ impl ServicingStore {
             &current.account,
             &allocations,
             &changes,
+        )))
+    }
+
+    /// Records an API command: the caller-scoped idempotency record (request fingerprint,
+    /// response status and body, expiry) and the outbox entry, in ONE `TransactWriteItems`,
+    /// conditioned on the account existing. A repeated key returns the stored record instead.
+    #[tracing::instrument(skip_all)]
+    pub async fn record_command(
+        &self,
+        principal_scope: &str,
+        key: &str,
+        account_id: &AccountId,
+        response: &StoredResponse,
+        outbox: &OutboxEntry,
+    ) -> Result<CommandOutcome, StoreError> {
+        if let Some(injected) = self.faults.next().before_commit() {
+            // The seam speaks in commit outcomes; a contended commit is an in-flight twin here.
+            return injected.map(|_| CommandOutcome::InFlight);
+        }
+        let (now, _) = now_epoch();
+        let expires_at = now + self.config.claim_retention.as_secs() as i64;
+        let mut record = items::key_item(items::idempotency_key(principal_scope, key));
+        record.insert(items::ITEM_TYPE.into(), s("IDEMPOTENCY"));
+        record.insert("principalScope".into(), s(principal_scope));
+        record.insert("idempotencyKey".into(), s(key));
+        record.insert(
+            items::FINGERPRINT.into(),
+            s(response.request_fingerprint.as_str()),
+        );
+        record.insert("responseStatus".into(), n(response.status));
+        record.insert("responseBody".into(), s(&response.body));
+        record.insert("createdAt".into(), n(now));
+        record.insert(items::EXPIRES_AT.into(), n(expires_at));
+        let put_record = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(record))
+            .condition_expression("attribute_not_exists(pk) OR expiresAt < :now")
+            .expression_attribute_values(":now", n(now))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let account_exists = ConditionCheck::builder()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::loan_key(account_id))))
+            .condition_expression("attribute_exists(pk)")
+            .build()
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let put_outbox = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(items::raw_outbox_item(outbox, now, expires_at)))
+            .build()
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put_record).build())
+            .transact_items(
+                TransactWriteItem::builder()
+                    .condition_check(account_exists)
+                    .build(),
+            )
+            .transact_items(TransactWriteItem::builder().put(put_outbox).build())
+            .send()
+            .await;
+        let cancelled = match result {
+            Ok(_) => return Ok(CommandOutcome::Accepted),
+            Err(e) => match e.into_service_error() {
+                TransactWriteItemsError::TransactionCanceledException(c) => c,
+                other => return Err(classify_service(other)),
+            },
+        };
+        let reasons = cancelled.cancellation_reasons();
+        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        if code(0) == "ConditionalCheckFailed" {
+            let item = reasons[0].item().ok_or_else(|| {
+                StoreError::Corrupt("refused idempotency record came back empty".into())
+            })?;
+            let stored = StoredResponse {
+                request_fingerprint: Fingerprint::from_stored(
+                    items::string(item, items::FINGERPRINT)
+                        .unwrap_or_default()
+                        .to_owned(),
+                ),
+                status: u16::try_from(items::number(item, "responseStatus")?)
+                    .map_err(|_| StoreError::Corrupt("stored status out of range".into()))?,
+                body: items::string(item, "responseBody")
+                    .unwrap_or_default()
+                    .to_owned(),
+            };
+            return Ok(CommandOutcome::Existing(stored));
+        }
+        if code(1) == "ConditionalCheckFailed" {
+            return Ok(CommandOutcome::AccountMissing);
+        }
+        let codes: Vec<&str> = (0..reasons.len()).map(code).collect();
+        if codes.contains(&"TransactionConflict") {
+            return Ok(CommandOutcome::InFlight);
+        }
+        if codes
+            .iter()
+            .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
+        {
+            return Err(StoreError::Transient(format!(
+                "transaction cancelled: {codes:?}"
+            )));
+        }
+        Err(StoreError::Rejected(format!(
+            "transaction cancelled: {codes:?}"
         )))
     }
 

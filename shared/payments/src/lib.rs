@@ -1,0 +1,354 @@
+//! The payments API behind API Gateway (HTTP API, payload 2.0):
+//!
+//! - `POST /v1/payments` with an `Idempotency-Key`: the first request stores the caller-scoped
+//!   idempotency record (request fingerprint, response) and an outbox item carrying the canonical
+//!   `PAYMENT_SETTLED` event in ONE transaction and answers 202; the event reaches the servicing
+//!   queue through the relay, EventBridge and a rule. The same key with the same body replays the
+//!   stored answer (`Idempotent-Replayed: true`); with another body it is a 422.
+//! - `GET /v1/loans/{accountId}` and `GET /v1/loans/{accountId}/allocations`.
+//!
+//! Errors are `application/problem+json` (RFC 9457) naming the field and the rule.
+
+pub mod command;
+mod problem;
+
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde_json::{Value, json};
+use servicing_domain::{AccountId, SourceRef};
+use servicing_store::{CommandOutcome, OutboxEntry, ServicingStore, StoreError, StoredResponse};
+use sha2::{Digest, Sha256};
+
+pub use command::{FieldError, IdempotencyKey, PaymentCommand, Principal};
+pub use problem::Problem;
+
+/// The EventBridge `source` of API-originated payments (a rule routes them to the servicing queue).
+pub const EVENT_SOURCE: &str = "servicing.payments-api";
+pub const DETAIL_TYPE: &str = "PaymentSettled";
+
+#[derive(Debug, Clone)]
+pub struct PaymentsApi {
+    store: ServicingStore,
+}
+
+impl PaymentsApi {
+    pub fn new(store: ServicingStore) -> Self {
+        Self { store }
+    }
+
+    pub async fn handle(&self, request: Request) -> Response<Body> {
+        let route = route(&request);
+        let response = match route
+            .as_ref()
+            .map(|(method, path)| (*method, path.as_slice()))
+        {
+            Some(("POST", ["v1", "payments"])) => self.post_payment(&request).await,
+            Some(("GET", ["v1", "loans", account])) => self.get_loan(account).await,
+            Some(("GET", ["v1", "loans", account, "allocations"])) => {
+                self.get_allocations(account).await
+            }
+            _ => Err(Problem::new(
+                404,
+                "not-found",
+                "No such route",
+                "see docs/openapi.json",
+            )),
+        };
+        response.unwrap_or_else(Problem::into_response)
+    }
+
+    async fn post_payment(&self, request: &Request) -> Result<Response<Body>, Problem> {
+        let principal = principal(request).ok_or_else(|| {
+            Problem::new(
+                401,
+                "unauthenticated",
+                "No authenticated principal",
+                "the request carries no IAM or JWT identity",
+            )
+        })?;
+        let key = IdempotencyKey::parse(
+            request
+                .headers()
+                .get("idempotency-key")
+                .map(|v| v.as_bytes()),
+        )
+        .map_err(|why| {
+            Problem::new(
+                400,
+                "invalid-idempotency-key",
+                "Invalid Idempotency-Key",
+                &why,
+            )
+        })?;
+        let command = PaymentCommand::parse(request.body().as_ref()).map_err(|e| match e {
+            Err(why) => Problem::new(400, "malformed-body", "Malformed request body", &why),
+            Ok(errors) => Problem::validation(errors),
+        })?;
+        let fingerprint = command.fingerprint();
+
+        // The account's currency decides acceptance: a payment the consumer would quarantine is
+        // refused here, with nothing stored.
+        let account = self
+            .store
+            .load(&command.account_id, &[])
+            .await
+            .map_err(store_problem)?
+            .account
+            .ok_or_else(|| unknown_account(&command.account_id))?;
+        if account.account.currency != command.currency {
+            return Err(Problem::validation(vec![FieldError {
+                field: "currency",
+                rule: format!(
+                    "must be the account's currency {}",
+                    account.account.currency
+                ),
+            }]));
+        }
+
+        let source = SourceRef {
+            system: principal.source_system(),
+            event_id: key.source_event_id(),
+        };
+        let event_time = command
+            .event_time
+            .unwrap_or_else(|| chrono::DateTime::<Utc>::from(std::time::SystemTime::now()));
+        let operation_id = format!(
+            "op_{}",
+            &command::hex(&Sha256::digest(
+                format!("{}\n{}", principal.scope(), key.as_str()).as_bytes()
+            ))[..24]
+        );
+        let event = json!({
+            "schemaVersion": 1,
+            "sourceSystem": source.system,
+            "sourceEventId": source.event_id,
+            "eventType": "PAYMENT_SETTLED",
+            "accountId": command.account_id.as_str(),
+            "eventTime": event_time.to_rfc3339_opts(SecondsFormat::Millis, true),
+            "amountMinor": command.amount.minor(),
+            "currency": command.currency,
+            // Transport fields: tolerated by the contract, not part of the event's fingerprint.
+            "eventId": operation_id,
+            "reference": command.reference,
+        });
+        let body = json!({
+            "operationId": operation_id,
+            "status": "accepted",
+            "sourceSystem": source.system,
+            "sourceEventId": source.event_id,
+            "payment": {
+                "accountId": command.account_id.as_str(),
+                "amountMinor": command.amount.minor(),
+                "currency": command.currency,
+                "reference": command.reference,
+                "eventTime": event["eventTime"],
+            },
+        })
+        .to_string();
+        let stored = StoredResponse {
+            request_fingerprint: fingerprint.clone(),
+            status: 202,
+            body,
+        };
+        let outbox = OutboxEntry {
+            event_id: operation_id.clone(),
+            source: EVENT_SOURCE.to_owned(),
+            detail_type: DETAIL_TYPE.to_owned(),
+            account_id: command.account_id.clone(),
+            detail: event,
+        };
+
+        // Concurrent first requests with one key: one commits, the others see its record. While
+        // it is being committed DynamoDB answers TransactionConflict: wait briefly, ask again.
+        for attempt in 0..4u32 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+            }
+            let outcome = self
+                .store
+                .record_command(
+                    &principal.scope(),
+                    key.as_str(),
+                    &command.account_id,
+                    &stored,
+                    &outbox,
+                )
+                .await
+                .map_err(store_problem)?;
+            match outcome {
+                CommandOutcome::Accepted => {
+                    tracing::info!(operation_id, "payment accepted");
+                    return Ok(json_response(stored.status, &stored.body, false));
+                }
+                CommandOutcome::Existing(previous)
+                    if previous.request_fingerprint == fingerprint =>
+                {
+                    return Ok(json_response(previous.status, &previous.body, true));
+                }
+                CommandOutcome::Existing(_) => {
+                    return Err(Problem::new(
+                        422,
+                        "idempotency-key-reused",
+                        "Idempotency-Key reused with a different request",
+                        "this key was first used with another body; use a new key for a new payment",
+                    ));
+                }
+                CommandOutcome::AccountMissing => return Err(unknown_account(&command.account_id)),
+                CommandOutcome::InFlight => continue,
+            }
+        }
+        Err(Problem::new(
+            409,
+            "request-in-flight",
+            "A request with this key is in progress",
+            "retry shortly",
+        )
+        .with_retry_after(1))
+    }
+
+    async fn get_loan(&self, account: &str) -> Result<Response<Body>, Problem> {
+        let id = parse_account(account)?;
+        let current = self
+            .store
+            .load(&id, &[])
+            .await
+            .map_err(store_problem)?
+            .account
+            .ok_or_else(|| unknown_account(&id))?;
+        let a = &current.account;
+        let body = json!({
+            "accountId": a.account_id,
+            "currency": a.currency,
+            "principalOutstandingMinor": a.principal_outstanding_minor,
+            "interestOutstandingMinor": a.interest_outstanding_minor,
+            "feesOutstandingMinor": a.fees_outstanding_minor,
+            "creditBalanceMinor": a.credit_balance_minor,
+            "totalOutstandingMinor": a.total_outstanding_minor(),
+            "creditLimitMinor": a.credit_limit_minor,
+            "dpd": a.dpd,
+            "delinquencyBucket": a.delinquency_bucket,
+            "businessDate": a.business_date,
+            "version": current.version,
+        });
+        Ok(json_response(200, &body.to_string(), false))
+    }
+
+    async fn get_allocations(&self, account: &str) -> Result<Response<Body>, Problem> {
+        let id = parse_account(account)?;
+        if self
+            .store
+            .load(&id, &[])
+            .await
+            .map_err(store_problem)?
+            .account
+            .is_none()
+        {
+            return Err(unknown_account(&id));
+        }
+        let allocations: Vec<Value> = self
+            .store
+            .allocations(&id)
+            .await
+            .map_err(store_problem)?
+            .into_iter()
+            .map(|a| {
+                json!({
+                    "payment": {"sourceSystem": a.payment.system, "sourceEventId": a.payment.event_id},
+                    "amountMinor": a.amount_minor,
+                    "currency": a.currency,
+                    "allocation": a.allocation,
+                    "installmentsPaid": a.installments_paid,
+                    "appliedOn": a.applied_on,
+                    "reversed": a.reversed_by.is_some(),
+                    "reversedBy": a.reversed_by.map(|r| json!({"sourceSystem": r.system, "sourceEventId": r.event_id})),
+                })
+            })
+            .collect();
+        let body = json!({"accountId": id, "allocations": allocations});
+        Ok(json_response(200, &body.to_string(), false))
+    }
+}
+
+/// `(method, path segments from `v1` on)`: anything before `v1` (a stage name, a base path
+/// mapping) does not matter.
+fn route(request: &Request) -> Option<(&'static str, Vec<&str>)> {
+    let method = match *request.method() {
+        lambda_http::http::Method::GET => "GET",
+        lambda_http::http::Method::POST => "POST",
+        _ => "OTHER",
+    };
+    let segments: Vec<&str> = request
+        .uri()
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let start = segments.iter().position(|s| *s == "v1")?;
+    Some((method, segments[start..].to_vec()))
+}
+
+/// The caller: the IAM user/role ARN of an IAM-authorized route, or the `sub` (else the
+/// client id) of a JWT-authorized one.
+pub fn principal(request: &Request) -> Option<Principal> {
+    let RequestContext::ApiGatewayV2(context) = request.request_context_ref()? else {
+        return None;
+    };
+    let authorizer = context.authorizer.as_ref()?;
+    if let Some(iam) = &authorizer.iam {
+        if let Some(arn) = iam.user_arn.clone().or_else(|| iam.caller_id.clone()) {
+            return Principal::new(arn);
+        }
+    }
+    let claims = &authorizer.jwt.as_ref()?.claims;
+    claims
+        .get("sub")
+        .or_else(|| claims.get("client_id"))
+        .and_then(|id| Principal::new(id.clone()))
+}
+
+fn parse_account(raw: &str) -> Result<AccountId, Problem> {
+    AccountId::parse(raw).map_err(|e| {
+        Problem::validation(vec![FieldError {
+            field: "accountId",
+            rule: e.0,
+        }])
+    })
+}
+
+fn unknown_account(id: &AccountId) -> Problem {
+    Problem::new(
+        404,
+        "unknown-account",
+        "Unknown account",
+        &format!("no loan account {id}"),
+    )
+}
+
+fn store_problem(error: StoreError) -> Problem {
+    tracing::error!(error = %error, "store failure");
+    match error {
+        StoreError::Transient(_) => Problem::new(
+            503,
+            "temporarily-unavailable",
+            "Temporarily unavailable",
+            "retry with the same Idempotency-Key",
+        )
+        .with_retry_after(1),
+        _ => Problem::new(500, "internal", "Internal error", "the failure was logged"),
+    }
+}
+
+fn json_response(status: u16, body: &str, replayed: bool) -> Response<Body> {
+    let mut builder = Response::builder()
+        .status(status)
+        .header("content-type", "application/json");
+    if replayed {
+        builder = builder.header("idempotent-replayed", "true");
+    }
+    builder
+        .body(Body::Text(body.to_owned()))
+        .unwrap_or_else(|_| Response::new(Body::Empty))
+}

@@ -1,0 +1,419 @@
+//! The payments API handler, fed real API Gateway HTTP API (payload 2.0) events, against real
+//! DynamoDB engines. The scenarios also prove `docs/openapi.json`: every documented status of
+//! every operation must be produced by one of them.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use futures_util::future::join_all;
+use integration_tests::Engine;
+use integration_tests::servicing::{Servicing, attr_s, sqs_message};
+use lambda_http::{Body, Response};
+use payments_api_handler::PaymentsApi;
+use serde_json::{Value, json};
+use servicing_domain::ServicingEvent;
+use servicing_store::{DEFAULT_CLAIM_RETENTION, Fault, FaultPlan, ServicingStore, StoreConfig};
+
+macro_rules! on_both_engines {
+    ($($scenario:ident),* $(,)?) => {
+        mod dynamodb_local {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::DynamoDbLocal).await; })*
+        }
+        mod ministack {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::MiniStack).await; })*
+        }
+    };
+}
+
+on_both_engines!(
+    when_every_documented_status_is_exercised_should_match_the_openapi_document,
+    when_20_concurrent_posts_share_one_key_should_store_one_outbox_item,
+);
+
+const ALICE: &str = "arn:aws:iam::123456789012:user/alice";
+const BOB: &str = "arn:aws:iam::123456789012:user/bob";
+
+/// An HTTP API (payload 2.0) event, as API Gateway sends it with an IAM authorizer.
+fn event(
+    method: &str,
+    path: &str,
+    route: &str,
+    principal: Option<&str>,
+    key: Option<&str>,
+    body: Option<&str>,
+) -> lambda_http::Request {
+    let mut headers = json!({"content-type": "application/json", "user-agent": "it"});
+    if let Some(key) = key {
+        headers["idempotency-key"] = json!(key);
+    }
+    let mut context = json!({
+        "accountId": "123456789012", "apiId": "a1b2c3d4", "domainName": "a1b2c3d4.execute-api.us-east-1.amazonaws.com",
+        "domainPrefix": "a1b2c3d4", "requestId": "req-1", "routeKey": route, "stage": "$default",
+        "time": "30/Nov/2026:10:00:00 +0000", "timeEpoch": 1_796_000_000_000_i64,
+        "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "192.0.2.10", "userAgent": "it"},
+    });
+    if let Some(arn) = principal {
+        context["authorizer"] = json!({"iam": {"accessKey": "AKIAEXAMPLE", "accountId": "123456789012",
+            "callerId": "AIDAEXAMPLE", "userArn": arn, "userId": "AIDAEXAMPLE"}});
+    }
+    let account = path.split('/').nth(3).unwrap_or_default();
+    let raw = json!({
+        "version": "2.0", "routeKey": route, "rawPath": path, "rawQueryString": "", "headers": headers,
+        "requestContext": context,
+        "pathParameters": if route.contains("{accountId}") { json!({"accountId": account}) } else { Value::Null },
+        "body": body, "isBase64Encoded": false,
+    });
+    lambda_http::request::from_str(&raw.to_string()).expect("API Gateway v2 event")
+}
+
+fn post(principal: Option<&str>, key: Option<&str>, body: &str) -> lambda_http::Request {
+    event(
+        "POST",
+        "/v1/payments",
+        "POST /v1/payments",
+        principal,
+        key,
+        Some(body),
+    )
+}
+
+fn get(path: &str, route: &str) -> lambda_http::Request {
+    event("GET", path, route, Some(ALICE), None, None)
+}
+
+fn body_json(response: &Response<Body>) -> Value {
+    match response.body() {
+        Body::Text(text) => serde_json::from_str(text).expect("JSON body"),
+        other => panic!("unexpected body {other:?}"),
+    }
+}
+
+fn header<'a>(response: &'a Response<Body>, name: &str) -> Option<&'a str> {
+    response.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+fn payment(account: &str, amount: i64, reference: &str) -> String {
+    json!({"accountId": account, "amountMinor": amount, "currency": "EUR", "reference": reference})
+        .to_string()
+}
+
+fn api(servicing: &Servicing, faults: FaultPlan) -> PaymentsApi {
+    let store = ServicingStore::new(
+        servicing.client.clone(),
+        StoreConfig {
+            table: servicing.table.clone(),
+            consumer: "payments-api".into(),
+            claim_retention: DEFAULT_CLAIM_RETENTION,
+        },
+    )
+    .with_faults(faults);
+    PaymentsApi::new(store)
+}
+
+async fn open_account(servicing: &Servicing, account: &str) {
+    let body = json!({"sourceSystem": "core-banking", "sourceEventId": format!("open-{account}"), "eventType": "LOAN_OPENED",
+        "accountId": account, "eventTime": "2026-09-01T09:00:00Z", "principalMinor": 100_000, "currency": "EUR"});
+    servicing
+        .handler()
+        .process(&[sqs_message("open", &body.to_string(), 1)])
+        .await;
+}
+
+/// (path template, method, status) seen by the scenarios.
+#[derive(Default)]
+struct Observed(Mutex<BTreeSet<(String, String, String)>>);
+
+impl Observed {
+    fn saw(&self, path: &str, method: &str, response: &Response<Body>) -> u16 {
+        let status = response.status().as_u16();
+        self.0
+            .lock()
+            .expect("lock")
+            .insert((path.into(), method.into(), status.to_string()));
+        status
+    }
+}
+
+async fn when_every_documented_status_is_exercised_should_match_the_openapi_document(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    open_account(&servicing, "acc_api").await;
+    let faults = FaultPlan::default();
+    let api = api(&servicing, faults.clone());
+    let seen = Observed::default();
+    let pay = "/v1/payments";
+    let loan = "/v1/loans/{accountId}";
+    let allocations = "/v1/loans/{accountId}/allocations";
+
+    // 202, then the replay (same key, same body, other JSON formatting).
+    let first = api
+        .handle(post(
+            Some(ALICE),
+            Some("order-1"),
+            &payment("acc_api", 2_500, "inv-1"),
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &first), 202);
+    let accepted = body_json(&first);
+    assert_eq!(accepted["status"], "accepted");
+    assert_eq!(header(&first, "idempotent-replayed"), None);
+    let reformatted = serde_json::to_string_pretty(
+        &serde_json::from_str::<Value>(&payment("acc_api", 2_500, "inv-1")).expect("json"),
+    )
+    .expect("json");
+    let replay = api
+        .handle(post(Some(ALICE), Some("order-1"), &reformatted))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &replay), 202);
+    assert_eq!(header(&replay, "idempotent-replayed"), Some("true"));
+    assert_eq!(
+        body_json(&replay),
+        accepted,
+        "the stored body, byte for byte the same answer"
+    );
+
+    // The same key from another caller is another caller's key: its own payment.
+    let bob = api
+        .handle(post(
+            Some(BOB),
+            Some("order-1"),
+            &payment("acc_api", 2_500, "inv-1"),
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &bob), 202);
+    assert_eq!(header(&bob, "idempotent-replayed"), None);
+    assert_ne!(body_json(&bob)["operationId"], accepted["operationId"]);
+
+    // 422: key reused with another body; invalid fields; a currency other than the account's.
+    let reused = api
+        .handle(post(
+            Some(ALICE),
+            Some("order-1"),
+            &payment("acc_api", 9_999, "inv-1"),
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &reused), 422);
+    assert_eq!(
+        header(&reused, "content-type"),
+        Some("application/problem+json")
+    );
+    assert!(
+        body_json(&reused)["type"]
+            .as_str()
+            .expect("type")
+            .ends_with("/idempotency-key-reused")
+    );
+    let invalid = api
+        .handle(post(
+            Some(ALICE),
+            Some("order-2"),
+            r#"{"accountId":"acc api","amountMinor":-5,"currency":"euro","reference":""}"#,
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &invalid), 422);
+    let fields: Vec<String> = body_json(&invalid)["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| e["field"].as_str().expect("field").to_owned())
+        .collect();
+    assert_eq!(
+        fields,
+        ["accountId", "amountMinor", "currency", "reference"]
+    );
+    let usd = api
+        .handle(post(
+            Some(ALICE),
+            Some("order-3"),
+            &payment("acc_api", 100, "x").replace("EUR", "USD"),
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &usd), 422);
+    assert!(
+        body_json(&usd)["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("currency: must be the account's currency EUR")
+    );
+
+    // 400: the key missing, empty, too long, unprintable; the body not JSON.
+    for key in [None, Some(""), Some(&*"k".repeat(256)), Some("with space")] {
+        let response = api
+            .handle(post(Some(ALICE), key, &payment("acc_api", 100, "x")))
+            .await;
+        assert_eq!(seen.saw(pay, "post", &response), 400, "key {key:?}");
+    }
+    let not_json = api
+        .handle(post(Some(ALICE), Some("order-4"), "{amountMinor: 1"))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &not_json), 400);
+
+    // 401: no principal. 404: unknown account.
+    let anonymous = api
+        .handle(post(None, Some("order-5"), &payment("acc_api", 100, "x")))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &anonymous), 401);
+    let unknown = api
+        .handle(post(
+            Some(ALICE),
+            Some("order-6"),
+            &payment("acc_nobody", 100, "x"),
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &unknown), 404);
+
+    // 503: the store throttled; 409: a twin request keeps the key in flight.
+    faults.push(Fault::Throttle);
+    let throttled = api
+        .handle(post(
+            Some(ALICE),
+            Some("order-7"),
+            &payment("acc_api", 100, "x"),
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &throttled), 503);
+    assert_eq!(header(&throttled, "retry-after"), Some("1"));
+    for _ in 0..4 {
+        faults.push(Fault::TransactionConflict);
+    }
+    let in_flight = api
+        .handle(post(
+            Some(ALICE),
+            Some("order-8"),
+            &payment("acc_api", 100, "x"),
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &in_flight), 409);
+    assert_eq!(header(&in_flight, "retry-after"), Some("1"));
+
+    // Nothing was stored for any refused request: two accepted payments, two outbox items.
+    assert_eq!(servicing.items_of_type("IDEMPOTENCY").await.len(), 2);
+    let outbox = servicing.items_of_type("OUTBOX").await;
+    let api_events: Vec<Value> = outbox
+        .iter()
+        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
+        .map(|i| serde_json::from_str(attr_s(i, "detail").expect("detail")).expect("json"))
+        .collect();
+    assert_eq!(api_events.len(), 2);
+    for detail in &api_events {
+        // The outbox carries a canonical contract event the servicing queue accepts as is.
+        let event = ServicingEvent::from_value(detail).expect("canonical PAYMENT_SETTLED");
+        assert!(event.source.system.starts_with("api:"));
+        assert_eq!(event.source.event_id, "order-1");
+    }
+
+    // Reads.
+    let found = api
+        .handle(get("/v1/loans/acc_api", "GET /v1/loans/{accountId}"))
+        .await;
+    assert_eq!(seen.saw(loan, "get", &found), 200);
+    let state = body_json(&found);
+    assert_eq!(
+        (
+            state["principalOutstandingMinor"].as_i64(),
+            state["version"].as_u64()
+        ),
+        (Some(100_000), Some(1))
+    );
+    let missing = api
+        .handle(get("/v1/loans/acc_nobody", "GET /v1/loans/{accountId}"))
+        .await;
+    assert_eq!(seen.saw(loan, "get", &missing), 404);
+    let malformed = api
+        .handle(get("/v1/loans/acc%20x", "GET /v1/loans/{accountId}"))
+        .await;
+    assert_eq!(seen.saw(loan, "get", &malformed), 422);
+    let listed = api
+        .handle(get(
+            "/v1/loans/acc_api/allocations",
+            "GET /v1/loans/{accountId}/allocations",
+        ))
+        .await;
+    assert_eq!(seen.saw(allocations, "get", &listed), 200);
+    assert_eq!(
+        body_json(&listed)["allocations"],
+        json!([]),
+        "the API's payments apply through the queue, later"
+    );
+    let none = api
+        .handle(get(
+            "/v1/loans/acc_nobody/allocations",
+            "GET /v1/loans/{accountId}/allocations",
+        ))
+        .await;
+    assert_eq!(seen.saw(allocations, "get", &none), 404);
+
+    // The document and the behaviour agree.
+    let doc: Value =
+        serde_json::from_str(include_str!("../../docs/openapi.json")).expect("openapi.json");
+    let mut documented = BTreeSet::new();
+    for (path, methods) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in methods.as_object().expect("methods") {
+            for status in operation["responses"]
+                .as_object()
+                .expect("responses")
+                .keys()
+            {
+                documented.insert((path.clone(), method.clone(), status.clone()));
+            }
+        }
+    }
+    let observed = seen.0.lock().expect("lock").clone();
+    let undocumented: Vec<_> = observed.difference(&documented).collect();
+    let untested: Vec<_> = documented.difference(&observed).collect();
+    assert!(
+        undocumented.is_empty(),
+        "statuses produced but not documented: {undocumented:?}"
+    );
+    assert!(
+        untested.is_empty(),
+        "documented statuses no test produced: {untested:?}"
+    );
+}
+
+async fn when_20_concurrent_posts_share_one_key_should_store_one_outbox_item(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    open_account(&servicing, "acc_race").await;
+    let apis: Vec<PaymentsApi> = (0..20)
+        .map(|_| api(&servicing, FaultPlan::default()))
+        .collect();
+    let body = payment("acc_race", 7_700, "race");
+    let responses = join_all(
+        apis.iter()
+            .map(|a| a.handle(post(Some(ALICE), Some("race-key"), &body))),
+    )
+    .await;
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status().as_u16()).collect();
+    assert!(
+        statuses.iter().all(|s| *s == 202 || *s == 409),
+        "{statuses:?}"
+    );
+    let fresh = responses
+        .iter()
+        .filter(|r| r.status() == 202 && header(r, "idempotent-replayed").is_none())
+        .count();
+    assert_eq!(
+        fresh, 1,
+        "exactly one request created the payment: {statuses:?}"
+    );
+    let operation_ids: BTreeSet<String> = responses
+        .iter()
+        .filter(|r| r.status() == 202)
+        .map(|r| body_json(r)["operationId"].as_str().expect("id").to_owned())
+        .collect();
+    assert_eq!(
+        operation_ids.len(),
+        1,
+        "every 202 answers the same operation"
+    );
+    let api_outbox = servicing
+        .items_of_type("OUTBOX")
+        .await
+        .iter()
+        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
+        .count();
+    assert_eq!(api_outbox, 1);
+}
