@@ -297,10 +297,10 @@ pub fn principal(request: &Request) -> Option<Principal> {
         return None;
     };
     let authorizer = context.authorizer.as_ref()?;
-    if let Some(iam) = &authorizer.iam {
-        if let Some(arn) = iam.user_arn.clone().or_else(|| iam.caller_id.clone()) {
-            return Principal::new(arn);
-        }
+    if let Some(iam) = &authorizer.iam
+        && let Some(arn) = iam.user_arn.clone().or_else(|| iam.caller_id.clone())
+    {
+        return Principal::new(arn);
     }
     let claims = &authorizer.jwt.as_ref()?.claims;
     claims
