@@ -4,5 +4,6 @@ mod account_state;
 mod collections;
 mod engines;
 mod lambda_path;
+mod operations;
 mod payments_api;
 mod relay;

@@ -204,6 +204,7 @@ impl CollectionsHandler {
         let intent = event.intent();
         let unit = UnitOfWork {
             source: &source,
+            event_type: "DelinquencyChanged",
             account_id: &event.account_id,
             fingerprint: &fingerprint,
             expected_version: None,

@@ -232,6 +232,7 @@ impl AccountStateHandler {
             };
             let unit = UnitOfWork {
                 source: &p.event.source,
+                event_type: p.event.kind.wire_name(),
                 account_id: &p.event.account_id,
                 fingerprint: &p.fingerprint,
                 expected_version,

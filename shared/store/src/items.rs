@@ -3,9 +3,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use servicing_domain::{
-    AccountId, DomainEvent, Fingerprint, LoanAccount, SourceRef, StoredAllocation,
-};
+use servicing_domain::{AccountId, DomainEvent, LoanAccount, SourceRef, StoredAllocation};
 
 use crate::StoreError;
 
@@ -142,22 +140,20 @@ impl Verdict {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn claim_item(
     consumer: &str,
-    source: &SourceRef,
-    account: &AccountId,
-    fingerprint: &Fingerprint,
+    unit: &crate::UnitOfWork<'_>,
     verdict: Verdict,
     now: i64,
     expires_at: i64,
 ) -> Item {
-    let mut item = with_key(Item::new(), claim_key(consumer, source), "CLAIM");
+    let mut item = with_key(Item::new(), claim_key(consumer, unit.source), "CLAIM");
     item.insert("consumer".into(), s(consumer));
-    item.insert("sourceSystem".into(), s(&source.system));
-    item.insert("sourceEventId".into(), s(&source.event_id));
-    item.insert("accountId".into(), s(account.as_str()));
-    item.insert(FINGERPRINT.into(), s(fingerprint.as_str()));
+    item.insert("sourceSystem".into(), s(&unit.source.system));
+    item.insert("sourceEventId".into(), s(&unit.source.event_id));
+    item.insert("eventType".into(), s(unit.event_type));
+    item.insert("accountId".into(), s(unit.account_id.as_str()));
+    item.insert(FINGERPRINT.into(), s(unit.fingerprint.as_str()));
     item.insert(VERDICT.into(), s(verdict.as_str()));
     item.insert("claimedAt".into(), n(now));
     item.insert(EXPIRES_AT.into(), n(expires_at));

@@ -131,6 +131,9 @@ pub struct ActionRecord {
 #[derive(Debug)]
 pub struct UnitOfWork<'a> {
     pub source: &'a SourceRef,
+    /// The fact's type (the contract's `eventType`, or the domain event type a downstream
+    /// consumer claims), kept on the claim for reconciliation.
+    pub event_type: &'a str,
     pub account_id: &'a AccountId,
     pub fingerprint: &'a Fingerprint,
     /// The loan version the judgment was made against (`None`: the account did not exist).
@@ -349,9 +352,7 @@ impl ServicingStore {
             .table_name(&self.config.table)
             .set_item(Some(items::claim_item(
                 &self.config.consumer,
-                unit.source,
-                unit.account_id,
-                unit.fingerprint,
+                unit,
                 verdict,
                 now,
                 expires_at,

@@ -3,7 +3,9 @@
 //! - `replay`: run a JSON Lines stream through the in-memory ledger (no AWS).
 //! - `state`: read an account from a deployed table (endpoint from the standard AWS variables)
 //!   and optionally check it against an `*.expected.json`.
+//! - `reconcile`, `quarantine`, `send`: operations (see `ops.rs`).
 
+mod ops;
 mod replay;
 mod state;
 
@@ -14,7 +16,17 @@ const USAGE: &str = "usage:
       deliver that share of the lines a second time, each copy after its original (seeded,
       reproducible); deferred events are delivered up to the retry budget (default 5)
   ledgerctl state --table TABLE <accountId> [--expect FILE.expected.json]
-      print the stored account; with --expect, exit 1 unless every state field matches";
+      print the stored account; with --expect, exit 1 unless every state field matches
+  ledgerctl reconcile --table TABLE [--consumer account-state] [--hours 24] [--source FILE.jsonl]
+      SourceEventCount -> CanonicalUniqueEventCount -> AppliedBusinessEventCount and the money
+      checks; exit 1 unless the identity holds
+  ledgerctl quarantine list --table TABLE [--consumer C]
+  ledgerctl quarantine inspect --table TABLE <id>...
+  ledgerctl quarantine redrive --table TABLE --queue URL <id>...
+      re-send quarantined bodies with their original identity (collisions are refused)
+  ledgerctl send --table TABLE --queue URL FILE.jsonl [--retention-days 35] [--allow-beyond-retention]
+      replay a stream to the servicing queue; refuses facts older than the claim retention
+      that have no live claim (they could apply twice)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -23,6 +35,9 @@ fn main() -> ExitCode {
             replay::parse(rest).map(|a| replay::run(&a))
         }
         Some((command, rest)) if command == "state" => state::parse(rest).map(|a| state::run(&a)),
+        Some((command, rest)) if command == "reconcile" => ops::reconcile(rest),
+        Some((command, rest)) if command == "quarantine" => ops::quarantine(rest),
+        Some((command, rest)) if command == "send" => ops::send(rest),
         _ => Err("expected a command".to_owned()),
     };
     outcome.unwrap_or_else(|problem| {

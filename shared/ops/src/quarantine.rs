@@ -1,0 +1,236 @@
+//! Quarantine: list, inspect, redrive. A redrive sends the original body again, so the fact
+//! keeps its identity (it can never become a new fact); collisions are never redriven.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use servicing_domain::SourceRef;
+
+use crate::{Item, now_epoch_secs, number, scan_type, text};
+
+/// One quarantine item, as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// `pk|sk`: what `inspect` and `redrive` take.
+    pub id: String,
+    pub consumer: String,
+    pub code: String,
+    pub reason: String,
+    pub message_id: String,
+    pub source: Option<SourceRef>,
+    pub account_id: Option<String>,
+    pub quarantined_at_ms: i64,
+    pub redrive_count: i64,
+    pub raw_body: String,
+}
+
+impl Quarantined {
+    fn from_item(item: &Item) -> Self {
+        let get = |name: &str| text(item, name).unwrap_or_default().to_owned();
+        Self {
+            id: format!("{}|{}", get("pk"), get("sk")),
+            consumer: get("consumer"),
+            code: get("code"),
+            reason: get("reason"),
+            message_id: get("messageId"),
+            source: match (text(item, "sourceSystem"), text(item, "sourceEventId")) {
+                (Some(system), Some(event_id)) => Some(SourceRef {
+                    system: system.to_owned(),
+                    event_id: event_id.to_owned(),
+                }),
+                _ => None,
+            },
+            account_id: text(item, "accountId").map(str::to_owned),
+            quarantined_at_ms: number(item, "quarantinedAt").unwrap_or_default(),
+            redrive_count: number(item, "redriveCount").unwrap_or_default(),
+            raw_body: get("rawBody"),
+        }
+    }
+}
+
+/// Every quarantine item (of one consumer), oldest first.
+pub async fn list(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    consumer: Option<&str>,
+) -> Result<Vec<Quarantined>, String> {
+    let mut all: Vec<Quarantined> = scan_type(client, table, "QUARANTINE")
+        .await?
+        .iter()
+        .map(Quarantined::from_item)
+        .filter(|q| consumer.is_none_or(|c| q.consumer == c))
+        .collect();
+    all.sort_by(|a, b| (a.quarantined_at_ms, &a.id).cmp(&(b.quarantined_at_ms, &b.id)));
+    Ok(all)
+}
+
+fn split_id(id: &str) -> Result<(String, String), String> {
+    id.split_once('|')
+        .map(|(pk, sk)| (pk.to_owned(), sk.to_owned()))
+        .ok_or_else(|| format!("{id:?} is not a quarantine id (pk|sk, as `list` prints it)"))
+}
+
+pub async fn inspect(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    id: &str,
+) -> Result<Quarantined, String> {
+    let (pk, sk) = split_id(id)?;
+    let got = client
+        .get_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(pk))
+        .key("sk", AttributeValue::S(sk))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot read {id}: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+            )
+        })?;
+    got.item
+        .filter(|i| text(i, "itemType") == Some("QUARANTINE"))
+        .map(|i| Quarantined::from_item(&i))
+        .ok_or_else(|| format!("no quarantine item {id}"))
+}
+
+/// What a redrive did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redriven {
+    pub id: String,
+    /// A business rejection's claim was released so the fact is judged again.
+    pub released_claim: bool,
+    pub message_id: String,
+}
+
+/// Sends the quarantined body of an account-state message back to the servicing queue, after a
+/// fix. Refuses collisions (the first fact stands; the source must send a new identity) and
+/// facts already applied. A business rejection's claim is released first (conditionally: only
+/// a `REJECTED` claim with this payload's fingerprint), else the redelivery would be a duplicate.
+pub async fn redrive(
+    client: &aws_sdk_dynamodb::Client,
+    sqs: &aws_sdk_sqs::Client,
+    table: &str,
+    queue_url: &str,
+    id: &str,
+) -> Result<Redriven, String> {
+    let q = inspect(client, table, id).await?;
+    if q.consumer != "account-state" {
+        return Err(format!(
+            "{id} was quarantined by {}; only account-state messages are redriven to the servicing queue",
+            q.consumer
+        ));
+    }
+    if q.code == "collision" {
+        return Err(format!(
+            "{id} is a collision: the first fact with this identity stands and a redrive would only collide again; \
+             the source must resend under a new identity, or correct the first fact"
+        ));
+    }
+    let mut released_claim = false;
+    if let Some(source) = &q.source {
+        let claim_key = format!("CLAIM#account-state#{}#{}", source.system, source.event_id);
+        let claim = client
+            .get_item()
+            .table_name(table)
+            .key("pk", AttributeValue::S(claim_key.clone()))
+            .key("sk", AttributeValue::S("CLAIM".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot read the claim: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+                )
+            })?
+            .item;
+        match claim.as_ref().and_then(|c| text(c, "verdict")) {
+            None => {}
+            Some("REJECTED") => {
+                let fingerprint = claim
+                    .as_ref()
+                    .and_then(|c| text(c, "fingerprint"))
+                    .unwrap_or_default()
+                    .to_owned();
+                client
+                    .delete_item()
+                    .table_name(table)
+                    .key("pk", AttributeValue::S(claim_key))
+                    .key("sk", AttributeValue::S("CLAIM".into()))
+                    .condition_expression("verdict = :rejected AND fingerprint = :fp")
+                    .expression_attribute_values(":rejected", AttributeValue::S("REJECTED".into()))
+                    .expression_attribute_values(":fp", AttributeValue::S(fingerprint))
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "cannot release the claim: {}",
+                            aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+                        )
+                    })?;
+                released_claim = true;
+            }
+            Some(verdict) => {
+                return Err(format!(
+                    "{source} is already claimed as {verdict}: nothing to redrive"
+                ));
+            }
+        }
+    }
+    let group = serde_json::from_str::<serde_json::Value>(&q.raw_body)
+        .ok()
+        .and_then(|v| v["accountId"].as_str().map(str::to_owned))
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| "quarantine-redrive".to_owned());
+    let sent = sqs
+        .send_message()
+        .queue_url(queue_url)
+        .message_body(&q.raw_body)
+        .message_group_id(group)
+        .message_deduplication_id(format!(
+            "redrive-{}-{}",
+            q.redrive_count + 1,
+            short_hash(&q.id)
+        ))
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot send: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&e)
+            )
+        })?;
+    let (pk, sk) = split_id(id)?;
+    client
+        .update_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(pk))
+        .key("sk", AttributeValue::S(sk))
+        .update_expression(
+            "SET redrivenAt = :now, redriveCount = if_not_exists(redriveCount, :zero) + :one",
+        )
+        .expression_attribute_values(":now", AttributeValue::N(now_epoch_secs().to_string()))
+        .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "sent, but cannot mark the item redriven: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+            )
+        })?;
+    Ok(Redriven {
+        id: id.to_owned(),
+        released_claim,
+        message_id: sent.message_id.unwrap_or_default(),
+    })
+}
+
+fn short_hash(text: &str) -> String {
+    use std::hash::{DefaultHasher, Hasher};
+    let mut h = DefaultHasher::new();
+    h.write(text.as_bytes());
+    format!("{:016x}", h.finish())
+}

@@ -1,0 +1,281 @@
+//! Reconciliation: SourceEventCount → CanonicalUniqueEventCount → AppliedBusinessEventCount,
+//! with duplicates, collisions, stale and quarantined in between, plus the money checks: every
+//! stored allocation sums to its payment, every applied payment has its allocation.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use servicing_domain::{Fingerprint, ServicingEvent, SourceRef};
+
+use crate::{Item, number, scan_type, text};
+
+/// What the claims and quarantine items of one consumer say about a window.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reconciliation {
+    pub consumer: String,
+    /// `[from, to)` in epoch seconds, on `claimedAt` / `quarantinedAt`.
+    pub window: (i64, i64),
+    pub source: Option<SourceCounts>,
+    pub applied: u64,
+    pub stale: u64,
+    /// Business rejections: claimed and quarantined.
+    pub rejected: u64,
+    /// Quarantined without a claim: undecodable input, collisions, spent retry budgets.
+    pub quarantined_unclaimed: u64,
+    pub collisions: u64,
+    pub allocations_checked: u64,
+    pub payments_checked: u64,
+    /// Every broken rule, in words. The identity holds when this is empty.
+    pub problems: Vec<String>,
+}
+
+/// The producer's side, when a source stream is given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceCounts {
+    pub events: u64,
+    pub duplicates: u64,
+    pub undecodable: u64,
+    pub unique: u64,
+    /// Unique facts with neither a claim nor a quarantine item: lost or not processed yet.
+    pub unaccounted: u64,
+}
+
+impl Reconciliation {
+    pub fn holds(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// Unique facts as the table accounts for them (plus, with a source, the unaccounted ones).
+    pub fn canonical_unique(&self) -> u64 {
+        self.applied
+            + self.stale
+            + self.rejected
+            + self.quarantined_unclaimed
+            + self.source.as_ref().map_or(0, |s| s.unaccounted)
+    }
+
+    /// The explanation, one line each, as printed by `ledgerctl reconcile`.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "consumer {} window [{}, {}) (epoch s)",
+            self.consumer, self.window.0, self.window.1
+        )];
+        if let Some(s) = &self.source {
+            out.push(format!("SourceEventCount            {:>7}", s.events));
+            out.push(format!("  - duplicates              {:>7}", s.duplicates));
+            out.push(format!(
+                "  - undecodable             {:>7}  (quarantined, no identity)",
+                s.undecodable
+            ));
+            out.push(format!("CanonicalUniqueEventCount   {:>7}", s.unique));
+            out.push(format!(
+                "  - not accounted for       {:>7}  (no claim, no quarantine item)",
+                s.unaccounted
+            ));
+        } else {
+            out.push(format!("CanonicalUniqueEventCount   {:>7}  (claims + unclaimed quarantine items in the window)", self.canonical_unique()));
+        }
+        out.push(format!("  - stale                   {:>7}", self.stale));
+        out.push(format!("  - rejected (quarantined)  {:>7}", self.rejected));
+        out.push(format!(
+            "  - quarantined, unclaimed  {:>7}  (of which collisions {})",
+            self.quarantined_unclaimed, self.collisions
+        ));
+        out.push(format!("AppliedBusinessEventCount   {:>7}", self.applied));
+        out.push(format!(
+            "checks: {} allocations sum to their payments; {} applied payments each have their allocation",
+            self.allocations_checked, self.payments_checked
+        ));
+        for p in &self.problems {
+            out.push(format!("PROBLEM: {p}"));
+        }
+        out.push(format!(
+            "identity {}",
+            if self.holds() {
+                "holds"
+            } else {
+                "DOES NOT HOLD"
+            }
+        ));
+        out
+    }
+}
+
+fn source_of(item: &Item) -> Option<SourceRef> {
+    Some(SourceRef {
+        system: text(item, "sourceSystem")?.to_owned(),
+        event_id: text(item, "sourceEventId")?.to_owned(),
+    })
+}
+
+/// Reconciles `consumer` over `window`; with `source` (the producer's stream, one body per
+/// delivery), over exactly the facts of that stream instead.
+pub async fn reconcile(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    consumer: &str,
+    window: (i64, i64),
+    source: Option<&[Vec<u8>]>,
+) -> Result<Reconciliation, String> {
+    let claims: Vec<Item> = scan_type(client, table, "CLAIM")
+        .await?
+        .into_iter()
+        .filter(|c| text(c, "consumer") == Some(consumer))
+        .collect();
+    let quarantine: Vec<Item> = scan_type(client, table, "QUARANTINE")
+        .await?
+        .into_iter()
+        .filter(|q| text(q, "consumer") == Some(consumer))
+        .collect();
+    let allocations = scan_type(client, table, "ALLOCATION").await?;
+
+    let mut report = Reconciliation {
+        consumer: consumer.to_owned(),
+        window,
+        ..Reconciliation::default()
+    };
+    let claims_by_source: HashMap<SourceRef, &Item> = claims
+        .iter()
+        .filter_map(|c| Some((source_of(c)?, c)))
+        .collect();
+    let quarantined_by_source: HashMap<SourceRef, &Item> = quarantine
+        .iter()
+        .filter_map(|q| Some((source_of(q)?, q)))
+        .collect();
+
+    // Which claims and quarantine items are in scope.
+    let (scoped_claims, scoped_quarantine): (Vec<&Item>, Vec<&Item>) = match source {
+        Some(bodies) => {
+            let mut counts = SourceCounts {
+                events: bodies.len() as u64,
+                ..SourceCounts::default()
+            };
+            let mut seen: BTreeMap<SourceRef, Fingerprint> = BTreeMap::new();
+            for body in bodies {
+                match ServicingEvent::decode(body) {
+                    Err(_) => counts.undecodable += 1,
+                    Ok(event) => {
+                        let fp = Fingerprint::of(&event);
+                        match seen.get(&event.source) {
+                            Some(first) if *first != fp => report.problems.push(format!(
+                                "the source itself carries {} twice with different payloads",
+                                event.source
+                            )),
+                            _ => {}
+                        }
+                        seen.entry(event.source).or_insert(fp);
+                    }
+                }
+            }
+            counts.unique = seen.len() as u64;
+            counts.duplicates = counts.events - counts.unique - counts.undecodable;
+            let mut scoped_claims = Vec::new();
+            let mut scoped_quarantine = Vec::new();
+            for (identity, fingerprint) in &seen {
+                if let Some(claim) = claims_by_source.get(identity) {
+                    if text(claim, "fingerprint") != Some(fingerprint.as_str()) {
+                        report.problems.push(format!(
+                            "{identity}: the source's payload differs from the one applied (collision)"
+                        ));
+                    }
+                    scoped_claims.push(*claim);
+                } else if let Some(q) = quarantined_by_source.get(identity) {
+                    scoped_quarantine.push(*q);
+                } else {
+                    counts.unaccounted += 1;
+                    report.problems.push(format!(
+                        "{identity}: neither claimed nor quarantined (lost, or not processed yet)"
+                    ));
+                }
+            }
+            report.source = Some(counts);
+            (scoped_claims, scoped_quarantine)
+        }
+        None => {
+            let in_window = |t: Option<i64>| t.is_some_and(|t| t >= window.0 && t < window.1);
+            (
+                claims
+                    .iter()
+                    .filter(|c| in_window(number(c, "claimedAt")))
+                    .collect(),
+                quarantine
+                    .iter()
+                    .filter(|q| in_window(number(q, "quarantinedAt").map(|ms| ms / 1000)))
+                    .filter(|q| source_of(q).is_none_or(|s| !claims_by_source.contains_key(&s)))
+                    .collect(),
+            )
+        }
+    };
+
+    for claim in &scoped_claims {
+        match text(claim, "verdict") {
+            Some("APPLIED") => report.applied += 1,
+            Some("STALE") => report.stale += 1,
+            Some("REJECTED") => report.rejected += 1,
+            other => report
+                .problems
+                .push(format!("claim with unknown verdict {other:?}")),
+        }
+    }
+    for q in &scoped_quarantine {
+        report.quarantined_unclaimed += 1;
+        if text(q, "code") == Some("collision") {
+            report.collisions += 1;
+        }
+    }
+    if let Some(s) = &report.source
+        && s.unique != report.canonical_unique()
+    {
+        report.problems.push(format!(
+            "{} unique source facts, but the table accounts for {}",
+            s.unique,
+            report.canonical_unique()
+        ));
+    }
+
+    // Money: every allocation sums to its payment; every applied payment has its allocation.
+    let allocation_keys: HashSet<(String, String)> = allocations
+        .iter()
+        .filter_map(|a| Some((text(a, "pk")?.to_owned(), text(a, "sk")?.to_owned())))
+        .collect();
+    for a in &allocations {
+        report.allocations_checked += 1;
+        let part = |name: &str| match a.get("allocation") {
+            Some(aws_sdk_dynamodb::types::AttributeValue::M(m)) => number(m, name),
+            _ => None,
+        };
+        let parts = ["fees", "interest", "principal", "credit"].map(part);
+        let amount = number(a, "amountMinor");
+        let sum: Option<i64> = parts
+            .iter()
+            .try_fold(0i64, |acc, p| p.filter(|v| *v >= 0).map(|v| acc + v));
+        if sum.is_none() || sum != amount {
+            report.problems.push(format!(
+                "allocation {} / {}: parts {parts:?} do not sum to the payment {amount:?}",
+                text(a, "pk").unwrap_or_default(),
+                text(a, "sk").unwrap_or_default()
+            ));
+        }
+    }
+    if consumer == "account-state" {
+        for claim in scoped_claims.iter().filter(|c| {
+            text(c, "verdict") == Some("APPLIED") && text(c, "eventType") == Some("PAYMENT_SETTLED")
+        }) {
+            report.payments_checked += 1;
+            let key = (
+                format!("LOAN#{}", text(claim, "accountId").unwrap_or_default()),
+                format!(
+                    "ALLOC#{}#{}",
+                    text(claim, "sourceSystem").unwrap_or_default(),
+                    text(claim, "sourceEventId").unwrap_or_default()
+                ),
+            );
+            if !allocation_keys.contains(&key) {
+                report.problems.push(format!(
+                    "applied payment {} / {} has no allocation",
+                    key.0, key.1
+                ));
+            }
+        }
+    }
+    Ok(report)
+}

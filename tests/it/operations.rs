@@ -1,0 +1,370 @@
+//! Operations against the local engines: reconciliation (both engines), quarantine redrive and
+//! the replay guard (MiniStack, which also provides the queue).
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use integration_tests::Engine;
+use integration_tests::lambda::queue;
+use integration_tests::servicing::{Servicing, fixture, sqs_message};
+use serde_json::json;
+use servicing_consumer::MessageResult;
+use servicing_ops::{quarantine, reconcile, replay};
+
+macro_rules! on_both_engines {
+    ($($scenario:ident),* $(,)?) => {
+        mod dynamodb_local {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::DynamoDbLocal).await; })*
+        }
+        mod ministack {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::MiniStack).await; })*
+        }
+    };
+}
+
+on_both_engines!(when_a_source_stream_is_reconciled_should_explain_every_delivery_and_catch_breaks);
+
+fn lines(name: &str) -> Vec<String> {
+    fixture(name)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn deliver(
+    servicing: &Servicing,
+    bodies: &[String],
+    receive_count: u32,
+) -> Vec<MessageResult> {
+    let handler = servicing.handler();
+    let messages: Vec<_> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| sqs_message(&format!("m{i}"), b, receive_count))
+        .collect();
+    let mut results = Vec::new();
+    for batch in messages.chunks(10) {
+        results.extend(
+            handler
+                .process(batch)
+                .await
+                .results
+                .into_iter()
+                .map(|(_, r)| r),
+        );
+    }
+    results
+}
+
+async fn when_a_source_stream_is_reconciled_should_explain_every_delivery_and_catch_breaks(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let mut source = lines("basic.jsonl");
+    source.extend(lines("basic.jsonl").into_iter().step_by(2)); // 5 duplicates
+    source.push("{not json".to_owned()); // undecodable: quarantined, no identity
+    deliver(&servicing, &source, 1).await;
+
+    let bodies: Vec<Vec<u8>> = source.iter().map(|l| l.clone().into_bytes()).collect();
+    let window = (0, i64::MAX);
+    let report = reconcile::reconcile(
+        &servicing.client,
+        &servicing.table,
+        "account-state",
+        window,
+        Some(&bodies),
+    )
+    .await
+    .expect("reconcile");
+    let s = report.source.clone().expect("source counts");
+    assert_eq!(
+        (
+            s.events,
+            s.duplicates,
+            s.undecodable,
+            s.unique,
+            s.unaccounted
+        ),
+        (16, 5, 1, 10, 0),
+        "{:?}",
+        report.lines()
+    );
+    assert_eq!((report.applied, report.stale, report.rejected), (9, 1, 0));
+    assert_eq!(
+        (report.allocations_checked, report.payments_checked),
+        (2, 2)
+    );
+    assert!(report.holds(), "{:#?}", report.lines());
+
+    // A fact the source sent that never arrived: unaccounted, the identity breaks.
+    let mut with_lost = bodies.clone();
+    with_lost.push(
+        json!({"sourceSystem": "psp", "sourceEventId": "lost-1", "eventType": "PAYMENT_SETTLED", "accountId": "acc_4002",
+               "eventTime": "2026-10-30T00:00:00Z", "amountMinor": 1, "currency": "EUR"}).to_string().into_bytes(),
+    );
+    let report = reconcile::reconcile(
+        &servicing.client,
+        &servicing.table,
+        "account-state",
+        window,
+        Some(&with_lost),
+    )
+    .await
+    .expect("reconcile");
+    assert!(!report.holds());
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("psp:lost-1: neither claimed nor quarantined")),
+        "{:?}",
+        report.problems
+    );
+
+    // Money checks: a tampered allocation, then a missing one.
+    let key = |sk: &str| {
+        [
+            ("pk", AttributeValue::S("LOAN#acc_4002".into())),
+            ("sk", AttributeValue::S(sk.into())),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect::<std::collections::HashMap<_, _>>()
+    };
+    servicing
+        .client
+        .update_item()
+        .table_name(&servicing.table)
+        .set_key(Some(key("ALLOC#payment-provider#pmt_10001")))
+        .update_expression("SET allocation.principal = :p")
+        .expression_attribute_values(":p", AttributeValue::N("21001".into()))
+        .send()
+        .await
+        .expect("tamper");
+    servicing
+        .client
+        .delete_item()
+        .table_name(&servicing.table)
+        .set_key(Some(key("ALLOC#payment-provider#pmt_10002")))
+        .send()
+        .await
+        .expect("delete");
+    let report = reconcile::reconcile(
+        &servicing.client,
+        &servicing.table,
+        "account-state",
+        window,
+        None,
+    )
+    .await
+    .expect("reconcile");
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("do not sum to the payment")),
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("ALLOC#payment-provider#pmt_10002")
+                && p.contains("has no allocation")),
+        "{:?}",
+        report.problems
+    );
+    assert_eq!(
+        report.canonical_unique(),
+        11,
+        "10 claims + the undecodable message, in the window"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_refuse_collisions() {
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let config = Engine::MiniStack.sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let (queue_url, _) = queue(&sqs, "redrive", true).await;
+    let open = lines("basic.jsonl")[0].clone();
+    let payment = json!({"sourceSystem": "psp", "sourceEventId": "p-late", "eventType": "PAYMENT_SETTLED", "accountId": "acc_4002",
+        "eventTime": "2026-10-20T00:00:00Z", "amountMinor": 5000, "currency": "EUR"}).to_string();
+    let reversal = json!({"sourceSystem": "psp", "sourceEventId": "r-early", "eventType": "PAYMENT_REVERSED", "accountId": "acc_4002",
+        "eventTime": "2026-10-21T00:00:00Z", "amountMinor": 5000, "currency": "EUR",
+        "reversalOf": {"sourceSystem": "psp", "sourceEventId": "p-late"}}).to_string();
+    let usd_fee = json!({"sourceSystem": "fees", "sourceEventId": "f-usd", "eventType": "FEE_ASSESSED", "accountId": "acc_4002",
+        "eventTime": "2026-10-21T00:00:00Z", "amountMinor": 100, "currency": "USD", "feeType": "LATE_FEE"}).to_string();
+    let collision = payment.replace("5000", "5001");
+
+    deliver(&servicing, std::slice::from_ref(&open), 1).await;
+    // The reversal's payment is late beyond the retry budget: quarantined, unclaimed.
+    assert!(
+        matches!(&deliver(&servicing, std::slice::from_ref(&reversal), 3).await[0], MessageResult::Quarantined { code } if code == "reversal_target_missing")
+    );
+    assert!(
+        matches!(&deliver(&servicing, std::slice::from_ref(&usd_fee), 1).await[0], MessageResult::Quarantined { code } if code == "currency_mismatch")
+    );
+    assert_eq!(
+        deliver(&servicing, std::slice::from_ref(&payment), 1).await[0],
+        MessageResult::Applied
+    );
+    assert_eq!(
+        deliver(&servicing, std::slice::from_ref(&collision), 1).await[0],
+        MessageResult::Collision
+    );
+
+    let items = quarantine::list(&servicing.client, &servicing.table, Some("account-state"))
+        .await
+        .expect("list");
+    assert_eq!(items.len(), 3);
+    let by_code = |code: &str| {
+        items
+            .iter()
+            .find(|q| q.code == code)
+            .expect(code)
+            .id
+            .clone()
+    };
+    let inspected = quarantine::inspect(
+        &servicing.client,
+        &servicing.table,
+        &by_code("reversal_target_missing"),
+    )
+    .await
+    .expect("inspect");
+    assert_eq!(
+        inspected.raw_body, reversal,
+        "the raw body is kept byte for byte"
+    );
+
+    // Collisions are never redriven.
+    let refused = quarantine::redrive(
+        &servicing.client,
+        &sqs,
+        &servicing.table,
+        &queue_url,
+        &by_code("collision"),
+    )
+    .await;
+    assert!(refused.expect_err("collision").contains("is a collision"));
+
+    // The reversal, now that its payment exists: redriven with its original identity, applied.
+    let redriven = quarantine::redrive(
+        &servicing.client,
+        &sqs,
+        &servicing.table,
+        &queue_url,
+        &by_code("reversal_target_missing"),
+    )
+    .await
+    .expect("redrive");
+    assert!(!redriven.released_claim);
+    // The business rejection: its REJECTED claim is released so the redelivery is judged again.
+    let redriven_fee = quarantine::redrive(
+        &servicing.client,
+        &sqs,
+        &servicing.table,
+        &queue_url,
+        &by_code("currency_mismatch"),
+    )
+    .await
+    .expect("redrive");
+    assert!(redriven_fee.released_claim);
+
+    let got = sqs
+        .receive_message()
+        .queue_url(&queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(2)
+        .send()
+        .await
+        .expect("receive");
+    let bodies: Vec<String> = got
+        .messages()
+        .iter()
+        .filter_map(|m| m.body().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        bodies,
+        vec![reversal.clone(), usd_fee.clone()],
+        "original bodies, original identities"
+    );
+    let results = deliver(&servicing, &bodies, 1).await;
+    assert_eq!(
+        results[0],
+        MessageResult::Applied,
+        "the redriven reversal applies"
+    );
+    assert!(
+        matches!(&results[1], MessageResult::Quarantined { code } if code == "currency_mismatch"),
+        "nothing was fixed for the fee: judged again, same verdict"
+    );
+    assert_eq!(
+        servicing
+            .loan("acc_4002")
+            .await
+            .expect("loan")
+            .0
+            .principal_outstanding_minor,
+        100_000
+    );
+    let items = quarantine::list(&servicing.client, &servicing.table, None)
+        .await
+        .expect("list");
+    let redriven_item = items
+        .iter()
+        .find(|q| q.id == redriven.id)
+        .expect("still listed");
+    assert_eq!(redriven_item.redrive_count, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_a_replay_holds_facts_older_than_the_claim_retention_should_refuse() {
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let event = |id: &str, days_ago: i64| {
+        let at = std::time::SystemTime::now()
+            - std::time::Duration::from_secs((days_ago * 86_400) as u64);
+        let secs = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("time")
+            .as_secs() as i64;
+        json!({"sourceSystem": "psp", "sourceEventId": id, "eventType": "PAYMENT_SETTLED", "accountId": "acc_4002",
+               "eventTime": chrono_like(secs), "amountMinor": 10, "currency": "EUR"}).to_string()
+    };
+    deliver(
+        &servicing,
+        &[lines("basic.jsonl")[0].clone(), event("recent-applied", 40)],
+        1,
+    )
+    .await;
+    // A recent fact; a 40-day-old fact claimed moments ago (its claim is alive: a harmless
+    // duplicate); a 60-day-old fact without a claim (it may have applied before its claim expired).
+    let stream: Vec<Vec<u8>> = [
+        event("recent", 2),
+        event("recent-applied", 40),
+        event("old-unknown", 60),
+    ]
+    .into_iter()
+    .map(String::into_bytes)
+    .collect();
+    let refusals = replay::check(&servicing.client, &servicing.table, &stream, 35 * 86_400)
+        .await
+        .expect("check");
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0].line, 3);
+    assert!(
+        refusals[0]
+            .reason
+            .contains("psp:old-unknown happened 60 days ago, beyond the 35-day claim retention")
+    );
+    assert!(servicing.items_of_type("QUARANTINE").await.is_empty());
+}
+
+fn chrono_like(secs: i64) -> String {
+    chrono::DateTime::from_timestamp(secs, 0)
+        .expect("valid time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
