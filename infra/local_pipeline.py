@@ -34,7 +34,7 @@ API_SAMPLE = "api"
 API_ACCOUNT = "acc_9001"
 # (Idempotency-Key, amount, times sent): retries must not pay twice.
 API_PAYMENTS = [("demo-pay-1", 12_000, 3), ("demo-pay-2", 3_000, 2)]
-FUNCTIONS = ["account-state", "outbox-relay", "collections", "payments-api"]
+FUNCTIONS = ["account-state", "outbox-relay", "collections", "payments-api", "reconciler"]
 
 
 def step(message: str) -> None:
@@ -402,6 +402,19 @@ def main() -> int:
     print(f"   {API_ACCOUNT}: {len(allocations)} allocations, principal {loan.get('principalOutstandingMinor')} "
           f"(expected {100_000 - paid}: each API payment applied once, whatever the retries) -> {'OK' if api_ok else 'MISMATCH'}")
     ok &= api_ok
+
+    step("reconciliation of this run's queue deliveries (ledgerctl reconcile --source)")
+    run_file = LOCAL / "last-run.jsonl"
+    run_file.write_text("\n".join(bodies) + "\n")
+    reconciled_source = subprocess.run(
+        ["cargo", "run", "--quiet", "--locked", "-p", "ledgerctl", "--", "reconcile", "--table", table, "--source", str(run_file)],
+        cwd=ROOT,
+    )
+    ok &= reconciled_source.returncode == 0
+    step("the deployed scheduled reconciler, invoked once")
+    answer = json.loads(client("lambda").invoke(FunctionName=outputs["ReconcilerFunctionName"])["Payload"].read() or b"{}")
+    print(f"   {answer}")
+    ok &= answer.get("holds") is True
 
     claims = claims_by_verdict(table)
     new = {k: claims.get(k, 0) - before.get(k, 0) for k in ("APPLIED", "STALE", "REJECTED")}
