@@ -341,6 +341,55 @@ impl ServicingStore {
             return injected;
         }
         let (now, now_millis) = now_epoch();
+        let writes = self.transaction_items(unit, now, now_millis)?;
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(writes))
+            .send()
+            .await;
+        let outcome = match result {
+            Ok(_) => CommitOutcome::Committed,
+            Err(e) => match e.into_service_error() {
+                TransactWriteItemsError::TransactionCanceledException(cancelled) => {
+                    map_cancellation(cancelled.cancellation_reasons(), unit.fingerprint)?
+                }
+                other => return Err(classify_service(other)),
+            },
+        };
+        fault.after_commit(outcome)
+    }
+
+    /// Item 1 of a claim-only transaction: the loan is still at the judged version (or absent).
+    fn version_check(
+        &self,
+        account_id: &AccountId,
+        expected_version: Option<u64>,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let check = ConditionCheck::builder()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::loan_key(account_id))));
+        let check = match expected_version {
+            None => check.condition_expression("attribute_not_exists(pk)"),
+            Some(version) => check
+                .condition_expression("#version = :expected")
+                .expression_attribute_names("#version", items::VERSION)
+                .expression_attribute_values(":expected", n(version)),
+        };
+        let check = check
+            .build()
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        Ok(TransactWriteItem::builder().condition_check(check).build())
+    }
+
+    /// The items of a unit's `TransactWriteItems`, in the order `map_cancellation` relies on
+    /// (claim, then loan or version check, then allocation, then outbox / quarantine / action).
+    pub fn transaction_items(
+        &self,
+        unit: &UnitOfWork<'_>,
+        now: i64,
+        now_millis: i64,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
         let expires_at = now + self.config.claim_retention.as_secs() as i64;
         let verdict = match unit.effect {
             Effect::Apply(_) => Verdict::Applied,
@@ -404,44 +453,7 @@ impl ServicingStore {
             }
         }
 
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(writes))
-            .send()
-            .await;
-        let outcome = match result {
-            Ok(_) => CommitOutcome::Committed,
-            Err(e) => match e.into_service_error() {
-                TransactWriteItemsError::TransactionCanceledException(cancelled) => {
-                    map_cancellation(cancelled.cancellation_reasons(), unit.fingerprint)?
-                }
-                other => return Err(classify_service(other)),
-            },
-        };
-        fault.after_commit(outcome)
-    }
-
-    /// Item 1 of a claim-only transaction: the loan is still at the judged version (or absent).
-    fn version_check(
-        &self,
-        account_id: &AccountId,
-        expected_version: Option<u64>,
-    ) -> Result<TransactWriteItem, StoreError> {
-        let check = ConditionCheck::builder()
-            .table_name(&self.config.table)
-            .set_key(Some(items::key_item(items::loan_key(account_id))));
-        let check = match expected_version {
-            None => check.condition_expression("attribute_not_exists(pk)"),
-            Some(version) => check
-                .condition_expression("#version = :expected")
-                .expression_attribute_names("#version", items::VERSION)
-                .expression_attribute_values(":expected", n(version)),
-        };
-        let check = check
-            .build()
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
-        Ok(TransactWriteItem::builder().condition_check(check).build())
+        Ok(writes)
     }
 
     fn loan_write(

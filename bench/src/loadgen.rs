@@ -1,0 +1,346 @@
+//! End-to-end benchmark on DynamoDB Local: N accounts × M events with D % duplicates through the
+//! account-state handler at batch sizes 10 and 100, and the same deliveries through the
+//! Powertools baseline (`bench/baseline/powertools_consumer.py`). Prints events/s, DynamoDB
+//! requests per first-time event and per duplicate, p50/p99 batch latency, peak RSS, the ratio,
+//! and whether both implementations reached the same balances.
+//!
+//!   infra/bench.sh [--accounts 40] [--events 25] [--duplicates 20]
+
+// Timings and ratios, not money: floats are fine here.
+#![allow(clippy::float_arithmetic)]
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Instant;
+
+use integration_tests::Engine;
+use integration_tests::servicing::{Servicing, sqs_message};
+use serde_json::{Value, json};
+use servicing_consumer::MessageResult;
+
+struct Args {
+    accounts: usize,
+    events: usize,
+    duplicate_percent: usize,
+    python: String,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        accounts: 40,
+        events: 25,
+        duplicate_percent: 20,
+        python: ".local/venv-bench/bin/python".into(),
+    };
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    for pair in raw.chunks(2) {
+        let value = pair.get(1).cloned().unwrap_or_default();
+        let number = || {
+            value
+                .parse()
+                .unwrap_or_else(|_| panic!("{} needs a number", pair[0]))
+        };
+        match pair[0].as_str() {
+            "--accounts" => a.accounts = number(),
+            "--events" => a.events = number(),
+            "--duplicates" => a.duplicate_percent = number(),
+            "--python" => a.python = value.clone(),
+            other => panic!("unknown option {other}"),
+        }
+    }
+    a
+}
+
+/// xorshift64: reproducible without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % bound.max(1) as u64) as usize
+    }
+}
+
+/// Each account: opened, then fees, interest and payments; interleaved across accounts keeping
+/// each account's order; duplicates land after their original.
+fn deliveries(a: &Args) -> (Vec<String>, usize) {
+    let mut rng = Rng(0x5eed);
+    let mut per_account: Vec<Vec<String>> = (0..a.accounts)
+        .map(|n| {
+            let account = format!("acc_bench_{n}");
+            let mut events = vec![json!({"sourceSystem": "core-banking", "sourceEventId": format!("open-{n}"),
+                "eventType": "LOAN_OPENED", "accountId": account, "eventTime": "2026-09-01T09:00:00Z",
+                "principalMinor": 1_000_000, "currency": "EUR"})];
+            for e in 1..a.events {
+                let time = format!("2026-10-{:02}T10:00:00Z", 1 + e % 28);
+                let (kind, extra) = match e % 4 {
+                    0 | 1 => ("PAYMENT_SETTLED", json!({"amountMinor": 1_000 + 37 * e as i64})),
+                    2 => ("FEE_ASSESSED", json!({"amountMinor": 500, "feeType": "LATE_FEE"})),
+                    _ => ("INTEREST_ACCRUED", json!({"amountMinor": 250})),
+                };
+                let mut event = json!({"sourceSystem": "bench", "sourceEventId": format!("{account}-{e}"),
+                    "eventType": kind, "accountId": account, "eventTime": time, "currency": "EUR"});
+                if let (Some(target), Some(extra)) = (event.as_object_mut(), extra.as_object()) {
+                    target.extend(extra.clone());
+                }
+                events.push(event);
+            }
+            events.into_iter().map(|e| e.to_string()).rev().collect()
+        })
+        .collect();
+    let mut stream = Vec::new();
+    while per_account.iter().any(|q| !q.is_empty()) {
+        let live: Vec<usize> = (0..per_account.len())
+            .filter(|&i| !per_account[i].is_empty())
+            .collect();
+        let pick = live[rng.below(live.len())];
+        stream.extend(per_account[pick].pop());
+    }
+    let unique = stream.len();
+    for _ in 0..unique * a.duplicate_percent / 100 {
+        let i = rng.below(unique);
+        let at = i + 1 + rng.below(stream.len() - i);
+        let copy = stream[i].clone();
+        stream.insert(at, copy);
+    }
+    (stream, unique)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(str::to_owned)
+        })
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+struct Figures {
+    events_per_s: f64,
+    requests_per_first: f64,
+    requests_per_duplicate: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+async fn run_ours(
+    stream: &[String],
+    unique: usize,
+    batch: usize,
+) -> (Figures, BTreeMap<String, Value>) {
+    let servicing = Servicing::new(Engine::DynamoDbLocal).await;
+    let handler = servicing.handler();
+    let mut latencies = Vec::new();
+    let mut results = Vec::new();
+    servicing.requests.reset();
+    let started = Instant::now();
+    for (n, chunk) in stream.chunks(batch).enumerate() {
+        let messages: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, b)| sqs_message(&format!("b{n}-{i}"), b, 1))
+            .collect();
+        let t0 = Instant::now();
+        results.extend(
+            handler
+                .process(&messages)
+                .await
+                .results
+                .into_iter()
+                .map(|(_, r)| r),
+        );
+        latencies.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let first_pass_requests = servicing.requests.total() as f64;
+    let applied = results
+        .iter()
+        .filter(|r| **r == MessageResult::Applied)
+        .count();
+    assert_eq!(
+        applied,
+        unique,
+        "every unique fact applied once: {:?}",
+        results
+            .iter()
+            .find(|r| !matches!(r, MessageResult::Applied | MessageResult::Duplicate))
+    );
+
+    // Per duplicate, on the warm instance: the whole stream again (all duplicates now).
+    servicing.requests.reset();
+    for (n, chunk) in stream.chunks(batch).enumerate() {
+        let messages: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, b)| sqs_message(&format!("d{n}-{i}"), b, 1))
+            .collect();
+        handler.process(&messages).await;
+    }
+    let per_duplicate = servicing.requests.total() as f64 / stream.len() as f64;
+    // First pass = unique first-time events + in-stream duplicates (each costing `per_duplicate`).
+    let duplicates_in_stream = (stream.len() - unique) as f64;
+    let per_first = (first_pass_requests - duplicates_in_stream * per_duplicate) / unique as f64;
+
+    let mut states = BTreeMap::new();
+    for account in stream.iter().filter_map(|b| {
+        serde_json::from_str::<Value>(b).ok()?["accountId"]
+            .as_str()
+            .map(str::to_owned)
+    }) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = states.entry(account.clone()) {
+            let (loan, _) = servicing.loan(&account).await.expect("account");
+            slot.insert(json!({"principal": loan.principal_outstanding_minor, "interest": loan.interest_outstanding_minor,
+                "fees": loan.fees_outstanding_minor, "credit": loan.credit_balance_minor}));
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    (
+        Figures {
+            events_per_s: stream.len() as f64 / elapsed,
+            requests_per_first: per_first,
+            requests_per_duplicate: per_duplicate,
+            p50_ms: percentile(&latencies, 0.5),
+            p99_ms: percentile(&latencies, 0.99),
+        },
+        states,
+    )
+}
+
+fn run_baseline(
+    a: &Args,
+    stream: &[String],
+    unique: usize,
+    batch: usize,
+) -> Option<(Figures, BTreeMap<String, Value>)> {
+    let dir = std::env::temp_dir();
+    let input = dir.join(format!("bench-deliveries-{batch}.jsonl"));
+    let accounts = dir.join(format!("bench-accounts-{batch}.json"));
+    std::fs::write(&input, stream.join("\n")).ok()?;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/baseline/powertools_consumer.py"
+    );
+    let run = |file: &std::path::Path, out: Option<&std::path::Path>| -> Option<Value> {
+        let mut cmd = Command::new(&a.python);
+        cmd.args([
+            script,
+            "--input",
+            &file.to_string_lossy(),
+            "--batch",
+            &batch.to_string(),
+        ]);
+        if let Some(out) = out {
+            cmd.args(["--accounts-out", &out.to_string_lossy()]);
+        }
+        let output = cmd.output().ok()?;
+        if !output.status.success() {
+            eprintln!(
+                "baseline failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            return None;
+        }
+        serde_json::from_slice(
+            output
+                .stdout
+                .rsplit(|b| *b == b'\n')
+                .find(|l| !l.is_empty())?,
+        )
+        .ok()
+    };
+    let first = run(&input, Some(&accounts))?;
+    // Its per-duplicate cost: the unique facts twice in a row on a fresh table, minus once.
+    let mut doubled: Vec<String> = stream.iter().take(unique.min(200)).cloned().collect();
+    let once = doubled.clone();
+    doubled.extend(once.iter().cloned());
+    let twice_file = dir.join("bench-twice.jsonl");
+    let once_file = dir.join("bench-once.jsonl");
+    std::fs::write(&twice_file, doubled.join("\n")).ok()?;
+    std::fs::write(&once_file, once.join("\n")).ok()?;
+    let (twice, single) = (run(&twice_file, None)?, run(&once_file, None)?);
+    let per_duplicate =
+        (twice["requests"].as_f64()? - single["requests"].as_f64()?) / once.len() as f64;
+    let per_first = (first["requests"].as_f64()? - (stream.len() - unique) as f64 * per_duplicate)
+        / unique as f64;
+    let states: BTreeMap<String, Value> =
+        serde_json::from_str(&std::fs::read_to_string(&accounts).ok()?).ok()?;
+    Some((
+        Figures {
+            events_per_s: first["events_per_s"].as_f64()?,
+            requests_per_first: per_first,
+            requests_per_duplicate: per_duplicate,
+            p50_ms: first["p50_ms"].as_f64()?,
+            p99_ms: first["p99_ms"].as_f64()?,
+        },
+        states,
+    ))
+}
+
+fn same_balances(ours: &BTreeMap<String, Value>, theirs: &BTreeMap<String, Value>) -> bool {
+    ours.len() == theirs.len()
+        && ours.iter().all(|(account, o)| {
+            theirs.get(account).is_some_and(|t| {
+                ["principal", "interest", "fees", "credit"]
+                    .iter()
+                    .all(|k| o[k] == t[k])
+            })
+        })
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let a = args();
+    let (stream, unique) = deliveries(&a);
+    println!(
+        "workload: {} accounts x {} events = {unique} facts, {} deliveries ({} % duplicates), DynamoDB Local",
+        a.accounts,
+        a.events,
+        stream.len(),
+        a.duplicate_percent
+    );
+    println!(
+        "{:<34} {:>10} {:>12} {:>12} {:>9} {:>9}",
+        "", "events/s", "req/first", "req/dup", "p50 ms", "p99 ms"
+    );
+    let show = |name: &str, f: &Figures| {
+        println!(
+            "{name:<34} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1}",
+            f.events_per_s, f.requests_per_first, f.requests_per_duplicate, f.p50_ms, f.p99_ms
+        );
+    };
+    for batch in [10, 100] {
+        let (ours, our_states) = run_ours(&stream, unique, batch).await;
+        show(&format!("account-state, batch {batch}"), &ours);
+        match run_baseline(&a, &stream, unique, batch) {
+            Some((theirs, their_states)) => {
+                show(&format!("Powertools baseline, batch {batch}"), &theirs);
+                println!(
+                    "  ratio: {:.1}x events/s; balances agree: {}",
+                    ours.events_per_s / theirs.events_per_s,
+                    if same_balances(&our_states, &their_states) {
+                        "yes"
+                    } else {
+                        "NO"
+                    }
+                );
+            }
+            None => println!("  (baseline not run: install it with infra/bench.sh)"),
+        }
+    }
+    println!(
+        "peak RSS of the account-state process: {:.1} MB",
+        peak_rss_mb()
+    );
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Benchmarks (not part of the test suite; figures in the README come from these commands):
+#   infra/bench.sh [loadgen options]   end-to-end on DynamoDB Local vs the Powertools baseline,
+#                                      cold start and binary sizes, criterion per-event benches
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+source infra/versions.env
+if [[ ! -x .local/venv-bench/bin/python ]] || ! .local/venv-bench/bin/python -c "import aws_lambda_powertools" 2>/dev/null; then
+  python3 -m venv .local/venv-bench
+  .local/venv-bench/bin/pip install -q --disable-pip-version-check \
+    "aws-lambda-powertools==$POWERTOOLS_VERSION" "boto3==$BOTO_VERSION"
+fi
+infra/engines.sh start >/dev/null
+set -a; source .local/engines.env; set +a
+
+echo "== end to end (DynamoDB Local)"
+cargo run --quiet --locked --profile bench-local -p bench --bin loadgen -- "$@"
+
+echo "== cold start and size (release profile)"
+cargo build --quiet --locked --release -p account-state
+cargo build --quiet --locked --profile bench-local -p bench --bin coldstart
+target/bench-local/coldstart target/release/account-state 30
+size=$(stat -c %s target/release/account-state)
+zipped=$(cd target/release && python3 -m zipfile -c /tmp/account-state.zip account-state && stat -c %s /tmp/account-state.zip)
+echo "account-state x86_64 release binary: $((size / 1024)) KiB stripped, $((zipped / 1024)) KiB zipped"
+
+echo "== per event (criterion)"
+cargo bench --locked -p bench --bench per_event -- --noplot 2>/dev/null | grep -E "^[a-z].*time:|time:" || true
