@@ -11,11 +11,19 @@ cd "$ROOT"
 
 echo "==> tools (sam, cargo-lambda) and local engines"
 bash infra/tools.sh sam
-infra/engines.sh start >/dev/null
-set -a
-# shellcheck source=/dev/null
-source .local/engines.env
-set +a
+if [[ ${ENGINE:-ministack} == localstack ]]; then
+  # LocalStack started by the user (infra/localstack/docker-compose.yml); MiniStack's venv still
+  # provides the pinned boto3 the deploy script uses.
+  bash infra/engines.sh install
+  export AWS_ENDPOINT_URL=${AWS_ENDPOINT_URL:-http://127.0.0.1:4566} AWS_REGION=${AWS_REGION:-us-east-1}
+  export AWS_DEFAULT_REGION=$AWS_REGION AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test}
+else
+  infra/engines.sh start >/dev/null
+  set -a
+  # shellcheck source=/dev/null
+  source .local/engines.env
+  set +a
+fi
 # cargo-lambda finds zig through `python3 -m ziglang`: its venv must come first.
 export PATH="$ROOT/.local/venv-tools/bin:$PATH"
 .local/venv-engines/bin/python infra/local_pipeline.py

@@ -163,9 +163,11 @@ class Receiver(http.server.BaseHTTPRequestHandler):
 
 
 def start_receiver() -> str:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ.get("RECEIVER_PORT", "8799"))), Receiver)
+    """RECEIVER_BIND / RECEIVER_HOST let Lambdas in containers (LocalStack) reach it."""
+    bind = os.environ.get("RECEIVER_BIND", "127.0.0.1")
+    server = http.server.ThreadingHTTPServer((bind, int(os.environ.get("RECEIVER_PORT", "8799"))), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}/notifications"
+    return f"http://{os.environ.get('RECEIVER_HOST', '127.0.0.1')}:{server.server_address[1]}/notifications"
 
 
 def deliveries(seed: int, duplicate_share: float) -> list[str]:

@@ -11,20 +11,6 @@ use serde_json::{Value, json};
 use servicing_consumer::{BatchCounts, MessageResult};
 use servicing_store::{Fault, FaultPlan};
 
-/// Generates one `#[tokio::test]` per engine for a scenario `async fn(Engine)`.
-macro_rules! on_both_engines {
-    ($($scenario:ident),* $(,)?) => {
-        mod dynamodb_local {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $scenario() { super::$scenario(integration_tests::Engine::DynamoDbLocal).await; })*
-        }
-        mod ministack {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $scenario() { super::$scenario(integration_tests::Engine::MiniStack).await; })*
-        }
-    };
-}
-
 on_both_engines!(
     when_the_basic_sample_is_delivered_should_reach_the_expected_state,
     when_duplicates_are_injected_at_random_should_reach_the_same_state,

@@ -15,19 +15,6 @@ use servicing_store::{
     ActionStatus, DEFAULT_CLAIM_RETENTION, Fault, FaultPlan, ServicingStore, StoreConfig,
 };
 
-macro_rules! on_both_engines {
-    ($($scenario:ident),* $(,)?) => {
-        mod dynamodb_local {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $scenario() { super::$scenario(integration_tests::Engine::DynamoDbLocal).await; })*
-        }
-        mod ministack {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $scenario() { super::$scenario(integration_tests::Engine::MiniStack).await; })*
-        }
-    };
-}
-
 on_both_engines!(
     when_delinquency_is_delivered_5_times_should_notify_once,
     when_stopped_between_intent_and_call_should_execute_the_pending_intent_on_replay,

@@ -290,27 +290,7 @@ async fn when_an_event_is_put_on_ministack_eventbridge_should_reach_the_ruled_qu
     let sqs = aws_sdk_sqs::Client::new(&config);
     let events = aws_sdk_eventbridge::Client::new(&config);
 
-    let queue = sqs
-        .create_queue()
-        .queue_name(unique_name("routed"))
-        .send()
-        .await
-        .expect("queue")
-        .queue_url
-        .expect("url");
-    let queue_arn = sqs
-        .get_queue_attributes()
-        .queue_url(&queue)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("attributes")
-        .attributes()
-        .and_then(|a| {
-            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-                .cloned()
-        })
-        .expect("queue arn");
+    let (queue, queue_arn) = integration_tests::lambda::queue(&sqs, "routed", false).await;
     let bus = unique_name("bus");
     events
         .create_event_bus()

@@ -1,5 +1,20 @@
 //! Integration tests against the local engines (one test binary, one module per concern).
 
+/// Generates one `#[tokio::test]` per engine for each scenario `async fn(Engine)` of a module:
+/// DynamoDB behaviour must be the same on DynamoDB Local (the reference) and MiniStack.
+macro_rules! on_both_engines {
+    ($($scenario:ident),* $(,)?) => {
+        mod dynamodb_local {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::DynamoDbLocal).await; })*
+        }
+        mod ministack {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() { super::$scenario(integration_tests::Engine::MiniStack).await; })*
+        }
+    };
+}
+
 mod account_state;
 mod collections;
 mod engines;

@@ -9,19 +9,6 @@ use serde_json::json;
 use servicing_consumer::MessageResult;
 use servicing_ops::{quarantine, reconcile, replay};
 
-macro_rules! on_both_engines {
-    ($($scenario:ident),* $(,)?) => {
-        mod dynamodb_local {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $scenario() { super::$scenario(integration_tests::Engine::DynamoDbLocal).await; })*
-        }
-        mod ministack {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $scenario() { super::$scenario(integration_tests::Engine::MiniStack).await; })*
-        }
-    };
-}
-
 on_both_engines!(when_a_source_stream_is_reconciled_should_explain_every_delivery_and_catch_breaks);
 
 fn lines(name: &str) -> Vec<String> {

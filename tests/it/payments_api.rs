@@ -14,19 +14,6 @@ use serde_json::{Value, json};
 use servicing_domain::ServicingEvent;
 use servicing_store::{DEFAULT_CLAIM_RETENTION, Fault, FaultPlan, ServicingStore, StoreConfig};
 
-macro_rules! on_both_engines {
-    ($($scenario:ident),* $(,)?) => {
-        mod dynamodb_local {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $scenario() { super::$scenario(integration_tests::Engine::DynamoDbLocal).await; })*
-        }
-        mod ministack {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $scenario() { super::$scenario(integration_tests::Engine::MiniStack).await; })*
-        }
-    };
-}
-
 on_both_engines!(
     when_every_documented_status_is_exercised_should_match_the_openapi_document,
     when_20_concurrent_posts_share_one_key_should_store_one_outbox_item,

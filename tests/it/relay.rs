@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
-use aws_sdk_sqs::types::QueueAttributeName;
 use integration_tests::http_server::{LocalServer, respond, serve};
+use integration_tests::lambda::queue;
 use integration_tests::servicing::{Servicing, attr_s, fixture, sqs_message};
 use integration_tests::{Engine, streams, unique_name};
 use outbox_relay_handler::{CONSUMER, OutboxRelay};
@@ -26,24 +26,7 @@ impl RoutedBus {
     pub async fn new(config: &aws_config::SdkConfig, pattern: Value) -> Self {
         let sqs = aws_sdk_sqs::Client::new(config);
         let events = aws_sdk_eventbridge::Client::new(config);
-        let queue_url = sqs
-            .create_queue()
-            .queue_name(unique_name("routed"))
-            .send()
-            .await
-            .expect("queue")
-            .queue_url
-            .expect("url");
-        let queue_arn = sqs
-            .get_queue_attributes()
-            .queue_url(&queue_url)
-            .attribute_names(QueueAttributeName::QueueArn)
-            .send()
-            .await
-            .expect("attributes")
-            .attributes()
-            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-            .expect("arn");
+        let (queue_url, queue_arn) = queue(&sqs, "routed", false).await;
         let bus = unique_name("bus");
         events
             .create_event_bus()

@@ -10,19 +10,15 @@ use collections_handler::{CONSUMER, CollectionsHandler, Notifier};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use servicing_store::{DEFAULT_CLAIM_RETENTION, ServicingStore, StoreConfig};
 
-fn required(name: &str) -> Result<String, Error> {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| format!("{name} is required").into())
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
 
-    let table = required("TABLE_NAME")?;
-    let notifier = Notifier::new(&required("NOTIFICATION_URL")?, Duration::from_secs(5))?;
+    let table = aws_setup::required_env("TABLE_NAME")?;
+    let notifier = Notifier::new(
+        &aws_setup::required_env("NOTIFICATION_URL")?,
+        Duration::from_secs(5),
+    )?;
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),

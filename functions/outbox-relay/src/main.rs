@@ -8,19 +8,12 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 use outbox_relay_handler::{CONSUMER, OutboxRelay};
 use servicing_store::{DEFAULT_CLAIM_RETENTION, ServicingStore, StoreConfig};
 
-fn required(name: &str) -> Result<String, Error> {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| format!("{name} is required").into())
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
 
-    let table = required("TABLE_NAME")?;
-    let event_bus = required("EVENT_BUS_NAME")?;
+    let table = aws_setup::required_env("TABLE_NAME")?;
+    let event_bus = aws_setup::required_env("EVENT_BUS_NAME")?;
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),

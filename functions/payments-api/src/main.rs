@@ -26,10 +26,7 @@ fn retention() -> Result<std::time::Duration, Error> {
 async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
 
-    let table = std::env::var("TABLE_NAME")
-        .ok()
-        .filter(|t| !t.is_empty())
-        .ok_or("TABLE_NAME is required")?;
+    let table = aws_setup::required_env("TABLE_NAME")?;
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),

@@ -12,10 +12,7 @@ use serde_json::{Value, json};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
 
-    let table = std::env::var("TABLE_NAME")
-        .ok()
-        .filter(|t| !t.is_empty())
-        .ok_or("TABLE_NAME is required")?;
+    let table = aws_setup::required_env("TABLE_NAME")?;
     let hours: i64 = match std::env::var("WINDOW_HOURS") {
         Err(_) => 25,
         Ok(v) => v
