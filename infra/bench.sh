@@ -26,4 +26,4 @@ zipped=$(cd target/release && python3 -m zipfile -c /tmp/account-state.zip accou
 echo "account-state x86_64 release binary: $((size / 1024)) KiB stripped, $((zipped / 1024)) KiB zipped"
 
 echo "== per event (criterion)"
-cargo bench --locked -p bench --bench per_event -- --noplot 2>/dev/null | grep -E "^[a-z].*time:|time:" || true
+cargo bench --locked -p bench --bench per_event -- --noplot 2>/dev/null | grep -B1 "time:" | grep -v "^--" || true

@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 use servicing_consumer::MessageResult;
 
 struct Args {
+    /// Accounts processed in parallel inside a batch (the handler's ACCOUNT_CONCURRENCY).
+    concurrency: usize,
     accounts: usize,
     events: usize,
     duplicate_percent: usize,
@@ -27,6 +29,7 @@ struct Args {
 
 fn args() -> Args {
     let mut a = Args {
+        concurrency: 8,
         accounts: 40,
         events: 25,
         duplicate_percent: 20,
@@ -44,6 +47,7 @@ fn args() -> Args {
             "--accounts" => a.accounts = number(),
             "--events" => a.events = number(),
             "--duplicates" => a.duplicate_percent = number(),
+            "--concurrency" => a.concurrency = number(),
             "--python" => a.python = value.clone(),
             other => panic!("unknown option {other}"),
         }
@@ -139,9 +143,13 @@ async fn run_ours(
     stream: &[String],
     unique: usize,
     batch: usize,
+    concurrency: usize,
 ) -> (Figures, BTreeMap<String, Value>) {
-    let servicing = Servicing::new(Engine::DynamoDbLocal).await;
-    let handler = servicing.handler();
+    // Like the baseline's tables, no stream: see `create_table` for why on DynamoDB Local.
+    let servicing = Servicing::with_stream(Engine::DynamoDbLocal, false).await;
+    let mut config = servicing.config();
+    config.account_concurrency = concurrency;
+    let handler = servicing.handler_with(config, servicing_store::FaultPlan::default());
     let mut latencies = Vec::new();
     let mut results = Vec::new();
     servicing.requests.reset();
@@ -304,11 +312,12 @@ async fn main() {
     let a = args();
     let (stream, unique) = deliveries(&a);
     println!(
-        "workload: {} accounts x {} events = {unique} facts, {} deliveries ({} % duplicates), DynamoDB Local",
+        "workload: {} accounts x {} events = {unique} facts, {} deliveries ({} % duplicates), DynamoDB Local, {} accounts in parallel",
         a.accounts,
         a.events,
         stream.len(),
-        a.duplicate_percent
+        a.duplicate_percent,
+        a.concurrency
     );
     println!(
         "{:<34} {:>10} {:>12} {:>12} {:>9} {:>9}",
@@ -321,7 +330,7 @@ async fn main() {
         );
     };
     for batch in [10, 100] {
-        let (ours, our_states) = run_ours(&stream, unique, batch).await;
+        let (ours, our_states) = run_ours(&stream, unique, batch, a.concurrency).await;
         show(&format!("account-state, batch {batch}"), &ours);
         match run_baseline(&a, &stream, unique, batch) {
             Some((theirs, their_states)) => {
