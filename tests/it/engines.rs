@@ -287,40 +287,13 @@ async fn when_a_message_is_sent_to_ministack_sqs_should_be_received_with_its_rec
 #[tokio::test]
 async fn when_an_event_is_put_on_ministack_eventbridge_should_reach_the_ruled_queue() {
     let config = Engine::MiniStack.sdk_config().await;
-    let sqs = aws_sdk_sqs::Client::new(&config);
     let events = aws_sdk_eventbridge::Client::new(&config);
-
-    let (queue, queue_arn) = integration_tests::lambda::queue(&sqs, "routed", false).await;
-    let bus = unique_name("bus");
-    events
-        .create_event_bus()
-        .name(&bus)
-        .send()
-        .await
-        .expect("bus");
-    let rule = unique_name("rule");
-    events
-        .put_rule()
-        .name(&rule)
-        .event_bus_name(&bus)
-        .event_pattern(r#"{"source":["servicing.test"],"detail-type":["DelinquencyChanged"]}"#)
-        .send()
-        .await
-        .expect("rule");
-    events
-        .put_targets()
-        .rule(&rule)
-        .event_bus_name(&bus)
-        .targets(
-            aws_sdk_eventbridge::types::Target::builder()
-                .id("queue")
-                .arn(&queue_arn)
-                .build()
-                .expect("target"),
-        )
-        .send()
-        .await
-        .expect("targets");
+    let routed = integration_tests::routing::RoutedBus::new(
+        &config,
+        serde_json::json!({"source": ["servicing.test"], "detail-type": ["DelinquencyChanged"]}),
+    )
+    .await;
+    let bus = routed.bus.clone();
 
     let entry = |detail_type: &str| {
         aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
@@ -340,45 +313,14 @@ async fn when_an_event_is_put_on_ministack_eventbridge_should_reach_the_ruled_qu
     assert_eq!(put.failed_entry_count(), 0);
     assert!(put.entries().iter().all(|e| e.event_id().is_some()));
 
-    let mut bodies = Vec::new();
-    for _ in 0..10 {
-        let got = sqs
-            .receive_message()
-            .queue_url(&queue)
-            .wait_time_seconds(1)
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .expect("receive");
-        bodies.extend(
-            got.messages()
-                .iter()
-                .filter_map(|m| m.body().map(str::to_owned)),
-        );
-        if !bodies.is_empty() {
-            // Give an unexpected second delivery a moment to show up before asserting.
-            let more = sqs
-                .receive_message()
-                .queue_url(&queue)
-                .wait_time_seconds(1)
-                .send()
-                .await
-                .expect("receive");
-            bodies.extend(
-                more.messages()
-                    .iter()
-                    .filter_map(|m| m.body().map(str::to_owned)),
-            );
-            break;
-        }
-    }
+    // Drained until the queue stays empty: an unexpected second delivery would show up here.
+    let envelopes = routed.drain().await;
     assert_eq!(
-        bodies.len(),
+        envelopes.len(),
         1,
-        "only the matching event is routed: {bodies:?}"
+        "only the matching event is routed: {envelopes:?}"
     );
-    let envelope: serde_json::Value =
-        serde_json::from_str(&bodies[0]).expect("EventBridge envelope");
+    let envelope = &envelopes[0];
     assert_eq!(envelope["detail-type"], "DelinquencyChanged");
     assert_eq!(envelope["detail"]["eventId"], "evt_1");
 }

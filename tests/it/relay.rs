@@ -6,96 +6,14 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
-use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
+use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use integration_tests::http_server::{LocalServer, respond, serve};
-use integration_tests::lambda::queue;
+use integration_tests::routing::RoutedBus;
 use integration_tests::servicing::{Servicing, attr_s, fixture, sqs_message};
-use integration_tests::{Engine, streams, unique_name};
+use integration_tests::{Engine, streams};
 use outbox_relay_handler::{CONSUMER, OutboxRelay};
 use serde_json::{Value, json};
 use servicing_store::{DEFAULT_CLAIM_RETENTION, ServicingStore, StoreConfig};
-
-/// A bus whose every `servicing.*` event lands in a fresh queue.
-pub struct RoutedBus {
-    pub bus: String,
-    pub queue_url: String,
-    sqs: aws_sdk_sqs::Client,
-}
-
-impl RoutedBus {
-    pub async fn new(config: &aws_config::SdkConfig, pattern: Value) -> Self {
-        let sqs = aws_sdk_sqs::Client::new(config);
-        let events = aws_sdk_eventbridge::Client::new(config);
-        let (queue_url, queue_arn) = queue(&sqs, "routed", false).await;
-        let bus = unique_name("bus");
-        events
-            .create_event_bus()
-            .name(&bus)
-            .send()
-            .await
-            .expect("bus");
-        let rule = unique_name("rule");
-        events
-            .put_rule()
-            .name(&rule)
-            .event_bus_name(&bus)
-            .event_pattern(pattern.to_string())
-            .send()
-            .await
-            .expect("rule");
-        events
-            .put_targets()
-            .rule(&rule)
-            .event_bus_name(&bus)
-            .targets(
-                Target::builder()
-                    .id("queue")
-                    .arn(&queue_arn)
-                    .build()
-                    .expect("target"),
-            )
-            .send()
-            .await
-            .expect("targets");
-        Self {
-            bus,
-            queue_url,
-            sqs,
-        }
-    }
-
-    /// Every envelope that arrived (drains the queue until it stays empty).
-    pub async fn drain(&self) -> Vec<Value> {
-        let mut out = Vec::new();
-        let mut empty = 0;
-        while empty < 2 {
-            let got = self
-                .sqs
-                .receive_message()
-                .queue_url(&self.queue_url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(1)
-                .send()
-                .await
-                .expect("receive");
-            if got.messages().is_empty() {
-                empty += 1;
-                continue;
-            }
-            for m in got.messages() {
-                out.push(serde_json::from_str(m.body().unwrap_or_default()).expect("envelope"));
-                self.sqs
-                    .delete_message()
-                    .queue_url(&self.queue_url)
-                    .receipt_handle(m.receipt_handle().unwrap_or_default())
-                    .send()
-                    .await
-                    .expect("delete");
-            }
-        }
-        out
-    }
-}
 
 fn event_ids(envelopes: &[Value]) -> BTreeSet<String> {
     envelopes

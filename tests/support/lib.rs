@@ -61,5 +61,6 @@ pub fn unique_name(prefix: &str) -> String {
 
 pub mod http_server;
 pub mod lambda;
+pub mod routing;
 pub mod servicing;
 pub mod streams;
