@@ -46,6 +46,32 @@ pub async fn scan_type(
     }
 }
 
+/// The claim account-state holds for `source`, if any (consistent read; key layout from the store).
+pub async fn account_state_claim(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    source: &servicing_domain::SourceRef,
+) -> Result<Option<Item>, String> {
+    let key = servicing_store::items::key_item(servicing_store::items::claim_key(
+        "account-state",
+        source,
+    ));
+    client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key))
+        .consistent_read(true)
+        .send()
+        .await
+        .map(|got| got.item)
+        .map_err(|e| {
+            format!(
+                "cannot read the claim of {source}: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+            )
+        })
+}
+
 pub fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
     match item.get(name) {
         Some(AttributeValue::S(v)) => Some(v),

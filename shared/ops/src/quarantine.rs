@@ -4,7 +4,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::SourceRef;
 
-use crate::{Item, now_epoch_secs, number, scan_type, text};
+use crate::{Item, account_state_claim, now_epoch_secs, number, scan_type, text};
 
 /// One quarantine item, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,22 +129,7 @@ pub async fn redrive(
     }
     let mut released_claim = false;
     if let Some(source) = &q.source {
-        let claim_key = format!("CLAIM#account-state#{}#{}", source.system, source.event_id);
-        let claim = client
-            .get_item()
-            .table_name(table)
-            .key("pk", AttributeValue::S(claim_key.clone()))
-            .key("sk", AttributeValue::S("CLAIM".into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot read the claim: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                )
-            })?
-            .item;
+        let claim = account_state_claim(client, table, source).await?;
         match claim.as_ref().and_then(|c| text(c, "verdict")) {
             None => {}
             Some("REJECTED") => {
@@ -156,8 +141,9 @@ pub async fn redrive(
                 client
                     .delete_item()
                     .table_name(table)
-                    .key("pk", AttributeValue::S(claim_key))
-                    .key("sk", AttributeValue::S("CLAIM".into()))
+                    .set_key(Some(servicing_store::items::key_item(
+                        servicing_store::items::claim_key("account-state", source),
+                    )))
                     .condition_expression("verdict = :rejected AND fingerprint = :fp")
                     .expression_attribute_values(":rejected", AttributeValue::S("REJECTED".into()))
                     .expression_attribute_values(":fp", AttributeValue::S(fingerprint))

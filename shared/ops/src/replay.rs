@@ -3,10 +3,9 @@
 //! second time, so the guard refuses a replay holding facts older than the claim retention that
 //! have no live claim.
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::ServicingEvent;
 
-use crate::{now_epoch_secs, number};
+use crate::{account_state_claim, now_epoch_secs, number};
 
 /// Why a replay was refused, per fact.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,27 +32,7 @@ pub async fn check(
         if age < retention_secs {
             continue;
         }
-        let claim = client
-            .get_item()
-            .table_name(table)
-            .key(
-                "pk",
-                AttributeValue::S(format!(
-                    "CLAIM#account-state#{}#{}",
-                    event.source.system, event.source.event_id
-                )),
-            )
-            .key("sk", AttributeValue::S("CLAIM".into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot read claims: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                )
-            })?
-            .item;
+        let claim = account_state_claim(client, table, &event.source).await?;
         let live = claim
             .as_ref()
             .and_then(|c| number(c, "expiresAt"))

@@ -366,17 +366,13 @@ impl ServicingStore {
         account_id: &AccountId,
         expected_version: Option<u64>,
     ) -> Result<TransactWriteItem, StoreError> {
+        let (condition, names, values) = version_condition(expected_version);
         let check = ConditionCheck::builder()
             .table_name(&self.config.table)
-            .set_key(Some(items::key_item(items::loan_key(account_id))));
-        let check = match expected_version {
-            None => check.condition_expression("attribute_not_exists(pk)"),
-            Some(version) => check
-                .condition_expression("#version = :expected")
-                .expression_attribute_names("#version", items::VERSION)
-                .expression_attribute_values(":expected", n(version)),
-        };
-        let check = check
+            .set_key(Some(items::key_item(items::loan_key(account_id))))
+            .condition_expression(condition)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
             .build()
             .map_err(|e| StoreError::Rejected(e.to_string()))?;
         Ok(TransactWriteItem::builder().condition_check(check).build())
@@ -462,17 +458,13 @@ impl ServicingStore {
         expected_version: Option<u64>,
     ) -> Result<TransactWriteItem, StoreError> {
         let next_version = expected_version.map_or(1, |v| v + 1);
+        let (condition, names, values) = version_condition(expected_version);
         let put = Put::builder()
             .table_name(&self.config.table)
-            .set_item(Some(items::loan_item(account, next_version)?));
-        let put = match expected_version {
-            None => put.condition_expression("attribute_not_exists(pk)"),
-            Some(version) => put
-                .condition_expression("#version = :expected")
-                .expression_attribute_names("#version", items::VERSION)
-                .expression_attribute_values(":expected", n(version)),
-        };
-        let put = put
+            .set_item(Some(items::loan_item(account, next_version)?))
+            .condition_expression(condition)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
             .build()
             .map_err(|e| StoreError::Rejected(e.to_string()))?;
         Ok(TransactWriteItem::builder().put(put).build())
@@ -856,6 +848,25 @@ impl ServicingStore {
             .await
             .map_err(classify)?;
         Ok(())
+    }
+}
+
+type Names = Option<HashMap<String, String>>;
+type Values = Option<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>;
+
+/// The loan item is still at `expected` (`None`: it does not exist yet) — the condition of
+/// every verdict, whether it writes the loan or only checks it.
+fn version_condition(expected: Option<u64>) -> (&'static str, Names, Values) {
+    match expected {
+        None => ("attribute_not_exists(pk)", None, None),
+        Some(version) => (
+            "#version = :expected",
+            Some(HashMap::from([(
+                "#version".to_owned(),
+                items::VERSION.to_owned(),
+            )])),
+            Some(HashMap::from([(":expected".to_owned(), n(version))])),
+        ),
     }
 }
 
