@@ -73,6 +73,23 @@ struct Pending<'a> {
     fingerprint: Fingerprint,
 }
 
+impl<'a> Pending<'a> {
+    /// What the quarantine keeps of a decoded message: raw body, identity, fingerprint, reason.
+    fn quarantine_entry(&'a self, code: &'a str, reason: &'a str) -> QuarantineEntry<'a> {
+        QuarantineEntry {
+            message_id: self.message_id,
+            raw_body: self.body,
+            code,
+            reason,
+            source: Some(&self.event.source),
+            account_id: Some(&self.event.account_id),
+            stored_fingerprint: None,
+            received_fingerprint: Some(&self.fingerprint),
+            receive_count: Some(self.receive_count),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct AccountStateHandler {
     store: ServicingStore,
@@ -213,17 +230,7 @@ impl AccountStateHandler {
                 Outcome::Applied(applied) => (Effect::Apply(applied), MessageResult::Applied),
                 Outcome::Stale { .. } => (Effect::Stale, MessageResult::Stale),
                 Outcome::Rejected(rejection) => (
-                    Effect::Reject(QuarantineEntry {
-                        message_id: p.message_id,
-                        raw_body: p.body,
-                        code: rejection.code,
-                        reason: &rejection.reason,
-                        source: Some(&p.event.source),
-                        account_id: Some(&p.event.account_id),
-                        stored_fingerprint: None,
-                        received_fingerprint: Some(&p.fingerprint),
-                        receive_count: Some(p.receive_count),
-                    }),
+                    Effect::Reject(p.quarantine_entry(rejection.code, &rejection.reason)),
                     MessageResult::Quarantined {
                         code: rejection.code.to_owned(),
                     },
@@ -298,17 +305,7 @@ impl AccountStateHandler {
             "retry budget spent after {} deliveries: {why}",
             p.receive_count
         );
-        let entry = QuarantineEntry {
-            message_id: p.message_id,
-            raw_body: p.body,
-            code: why.code(),
-            reason: &reason,
-            source: Some(&p.event.source),
-            account_id: Some(&p.event.account_id),
-            stored_fingerprint: None,
-            received_fingerprint: Some(&p.fingerprint),
-            receive_count: Some(p.receive_count),
-        };
+        let entry = p.quarantine_entry(why.code(), &reason);
         self.quarantine(&entry).await
     }
 
@@ -324,15 +321,8 @@ impl AccountStateHandler {
             p.event.source, p.fingerprint
         );
         let entry = QuarantineEntry {
-            message_id: p.message_id,
-            raw_body: p.body,
-            code: "collision",
-            reason: &reason,
-            source: Some(&p.event.source),
-            account_id: Some(&p.event.account_id),
             stored_fingerprint: Some(stored),
-            received_fingerprint: Some(&p.fingerprint),
-            receive_count: Some(p.receive_count),
+            ..p.quarantine_entry("collision", &reason)
         };
         match self.quarantine(&entry).await {
             MessageResult::Quarantined { .. } => MessageResult::Collision,
@@ -384,17 +374,7 @@ impl AccountStateHandler {
             StoreError::Rejected(reason) => {
                 tracing::error!(error = %reason, "DynamoDB refused the request");
                 let reason = format!("DynamoDB refused the request: {reason}");
-                let entry = QuarantineEntry {
-                    message_id: p.message_id,
-                    raw_body: p.body,
-                    code: "store_rejected",
-                    reason: &reason,
-                    source: Some(&p.event.source),
-                    account_id: Some(&p.event.account_id),
-                    stored_fingerprint: None,
-                    received_fingerprint: Some(&p.fingerprint),
-                    receive_count: Some(p.receive_count),
-                };
+                let entry = p.quarantine_entry("store_rejected", &reason);
                 self.quarantine(&entry).await
             }
             other => {
