@@ -45,11 +45,7 @@ fn per_event(c: &mut Criterion) {
             .build();
         ServicingStore::new(
             aws_sdk_dynamodb::Client::from_conf(config),
-            StoreConfig {
-                table: "t".into(),
-                consumer: "account-state".into(),
-                claim_retention: servicing_store::DEFAULT_CLAIM_RETENTION,
-            },
+            StoreConfig::new("t", "account-state"),
         )
     });
     let outcome = applied(Some(&with_due), PAYMENT);

@@ -9,11 +9,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use collections_handler::{ActionOutcome, CONSUMER, CollectionsHandler, MessageResult, Notifier};
 use integration_tests::Engine;
 use integration_tests::http_server::{LocalServer, respond, serve};
-use integration_tests::servicing::{Servicing, attr_s, fixture, sqs_message};
+use integration_tests::servicing::{Servicing, attr_s, sqs_message};
 use serde_json::{Value, json};
-use servicing_store::{
-    ActionStatus, DEFAULT_CLAIM_RETENTION, Fault, FaultPlan, ServicingStore, StoreConfig,
-};
+use servicing_store::{ActionStatus, Fault, FaultPlan};
 
 on_both_engines!(
     when_delinquency_is_delivered_5_times_should_notify_once,
@@ -68,14 +66,7 @@ impl Receiver {
 
 /// The `DelinquencyChanged` events of the delinquent sample, as EventBridge delivers them to SQS.
 async fn delinquency_envelopes(servicing: &Servicing) -> Vec<Value> {
-    let handler = servicing.handler();
-    let messages: Vec<_> = fixture("delinquent.jsonl")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, l)| sqs_message(&format!("s{i}"), l, 1))
-        .collect();
-    handler.process(&messages).await;
+    servicing.deliver_fixture("delinquent.jsonl").await;
     servicing
         .outbox("acc_7001")
         .await
@@ -95,15 +86,7 @@ fn collections(
     receiver: &LocalServer,
     faults: FaultPlan,
 ) -> CollectionsHandler {
-    let store = ServicingStore::new(
-        servicing.client.clone(),
-        StoreConfig {
-            table: servicing.table.clone(),
-            consumer: CONSUMER.into(),
-            claim_retention: DEFAULT_CLAIM_RETENTION,
-        },
-    )
-    .with_faults(faults);
+    let store = servicing.store(CONSUMER).with_faults(faults);
     CollectionsHandler::new(
         store,
         Notifier::new(&receiver.url(), Duration::from_secs(2)).expect("notifier"),

@@ -12,7 +12,7 @@ use lambda_http::{Body, Response};
 use payments_api_handler::PaymentsApi;
 use serde_json::{Value, json};
 use servicing_domain::ServicingEvent;
-use servicing_store::{DEFAULT_CLAIM_RETENTION, Fault, FaultPlan, ServicingStore, StoreConfig};
+use servicing_store::{Fault, FaultPlan};
 
 on_both_engines!(
     when_every_documented_status_is_exercised_should_match_the_openapi_document,
@@ -87,15 +87,7 @@ fn payment(account: &str, amount: i64, reference: &str) -> String {
 }
 
 fn api(servicing: &Servicing, faults: FaultPlan) -> PaymentsApi {
-    let store = ServicingStore::new(
-        servicing.client.clone(),
-        StoreConfig {
-            table: servicing.table.clone(),
-            consumer: "payments-api".into(),
-            claim_retention: DEFAULT_CLAIM_RETENTION,
-        },
-    )
-    .with_faults(faults);
+    let store = servicing.store("payments-api").with_faults(faults);
     PaymentsApi::new(store)
 }
 

@@ -9,11 +9,10 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use integration_tests::http_server::{LocalServer, respond, serve};
 use integration_tests::routing::RoutedBus;
-use integration_tests::servicing::{Servicing, attr_s, fixture, sqs_message};
+use integration_tests::servicing::{Servicing, attr_s};
 use integration_tests::{Engine, streams};
 use outbox_relay_handler::{CONSUMER, OutboxRelay};
 use serde_json::{Value, json};
-use servicing_store::{DEFAULT_CLAIM_RETENTION, ServicingStore, StoreConfig};
 
 fn event_ids(envelopes: &[Value]) -> BTreeSet<String> {
     envelopes
@@ -25,14 +24,7 @@ fn event_ids(envelopes: &[Value]) -> BTreeSet<String> {
 /// The basic sample applied through the account-state handler; returns the stream records
 /// and the outbox event ids, in stream order.
 async fn sample_stream(servicing: &Servicing) -> (Vec<EventRecord>, Vec<String>) {
-    let handler = servicing.handler();
-    let messages: Vec<_> = fixture("basic.jsonl")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, l)| sqs_message(&format!("m{i}"), l, 1))
-        .collect();
-    handler.process(&messages).await;
+    servicing.deliver_fixture("basic.jsonl").await;
     let config = servicing.engine.sdk_config().await;
     let records = streams::read_all(
         &aws_sdk_dynamodbstreams::Client::new(&config),
@@ -58,14 +50,7 @@ async fn sample_stream(servicing: &Servicing) -> (Vec<EventRecord>, Vec<String>)
 }
 
 fn relay_with(servicing: &Servicing, config: &aws_config::SdkConfig, bus: &str) -> OutboxRelay {
-    let store = ServicingStore::new(
-        servicing.client.clone(),
-        StoreConfig {
-            table: servicing.table.clone(),
-            consumer: CONSUMER.into(),
-            claim_retention: DEFAULT_CLAIM_RETENTION,
-        },
-    );
+    let store = servicing.store(CONSUMER);
     OutboxRelay::new(aws_sdk_eventbridge::Client::new(config), store, bus)
 }
 

@@ -168,6 +168,17 @@ impl Servicing {
         AccountStateHandler::new(store, config)
     }
 
+    /// Delivers a sample stream (`fixtures/samples/<name>`) as one batch to a fresh handler.
+    pub async fn deliver_fixture(&self, name: &str) {
+        let messages: Vec<_> = fixture(name)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .enumerate()
+            .map(|(i, l)| sqs_message(&format!("{name}-{i}"), l, 1))
+            .collect();
+        self.handler().process(&messages).await;
+    }
+
     pub async fn loan(&self, account: &str) -> Option<(LoanAccount, u64)> {
         let got = self
             .client
@@ -188,20 +199,17 @@ impl Servicing {
         })
     }
 
-    fn store(&self) -> ServicingStore {
-        ServicingStore::new(
-            self.client.clone(),
-            StoreConfig {
-                table: self.table.clone(),
-                consumer: "test-reader".into(),
-                claim_retention: servicing_store::DEFAULT_CLAIM_RETENTION,
-            },
-        )
+    /// The store as `consumer` sees this table (default claim retention).
+    pub fn store(&self, consumer: &str) -> ServicingStore {
+        ServicingStore::new(self.client.clone(), StoreConfig::new(&self.table, consumer))
     }
 
     pub async fn allocations(&self, account: &str) -> Vec<StoredAllocation> {
         let id = AccountId::parse(account).expect("account id");
-        self.store().allocations(&id).await.expect("allocations")
+        self.store("test-reader")
+            .allocations(&id)
+            .await
+            .expect("allocations")
     }
 
     /// Every item of one type (a scan: fine for a test table).
@@ -253,7 +261,7 @@ impl Servicing {
     /// (without `counts`, which belong to the deliveries, not to the state).
     pub async fn account_report(&self, account: &str) -> Value {
         let id = AccountId::parse(account).expect("account id");
-        self.store()
+        self.store("test-reader")
             .account_report(&id)
             .await
             .expect("report")

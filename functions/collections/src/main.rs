@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::SqsEvent;
 use collections_handler::{CONSUMER, CollectionsHandler, Notifier};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use servicing_store::{DEFAULT_CLAIM_RETENTION, ServicingStore, StoreConfig};
+use servicing_store::{ServicingStore, StoreConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -22,11 +22,7 @@ async fn main() -> Result<(), Error> {
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
-        StoreConfig {
-            table,
-            consumer: CONSUMER.to_owned(),
-            claim_retention: DEFAULT_CLAIM_RETENTION,
-        },
+        StoreConfig::new(table, CONSUMER),
     );
     let handler = CollectionsHandler::new(store, notifier);
     let handler = &handler;

@@ -6,7 +6,7 @@
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use outbox_relay_handler::{CONSUMER, OutboxRelay};
-use servicing_store::{DEFAULT_CLAIM_RETENTION, ServicingStore, StoreConfig};
+use servicing_store::{ServicingStore, StoreConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -17,11 +17,7 @@ async fn main() -> Result<(), Error> {
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
-        StoreConfig {
-            table,
-            consumer: CONSUMER.to_owned(),
-            claim_retention: DEFAULT_CLAIM_RETENTION,
-        },
+        StoreConfig::new(table, CONSUMER),
     );
     let relay = OutboxRelay::new(aws_sdk_eventbridge::Client::new(&sdk), store, event_bus);
     let relay = &relay;

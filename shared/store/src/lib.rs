@@ -216,6 +216,17 @@ pub struct StoreConfig {
     pub claim_retention: Duration,
 }
 
+impl StoreConfig {
+    /// A consumer's config with the default claim retention.
+    pub fn new(table: impl Into<String>, consumer: impl Into<String>) -> Self {
+        Self {
+            table: table.into(),
+            consumer: consumer.into(),
+            claim_retention: DEFAULT_CLAIM_RETENTION,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ServicingStore {
     client: Client,

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 use servicing_domain::AccountId;
-use servicing_store::{DEFAULT_CLAIM_RETENTION, ServicingStore, StoreConfig};
+use servicing_store::{ServicingStore, StoreConfig};
 
 #[derive(Debug)]
 pub struct StateArgs {
@@ -65,11 +65,7 @@ pub fn run(args: &StateArgs) -> ExitCode {
         let sdk = aws_setup::load().await;
         let store = ServicingStore::new(
             aws_sdk_dynamodb::Client::new(&sdk),
-            StoreConfig {
-                table: args.table.clone(),
-                consumer: "ledgerctl".into(),
-                claim_retention: DEFAULT_CLAIM_RETENTION,
-            },
+            StoreConfig::new(&args.table, "ledgerctl"),
         );
         store.account_report(&args.account).await
     });
