@@ -63,7 +63,11 @@ fn per_event(c: &mut Criterion) {
                     effect: Effect::Apply(&outcome),
                 };
                 store
-                    .transaction_items(black_box(&unit), 1_796_000_000, 1_796_000_000_000)
+                    .transaction_items(
+                        black_box(std::slice::from_ref(&unit)),
+                        1_796_000_000,
+                        1_796_000_000_000,
+                    )
                     .expect("items")
             })
         },
@@ -86,8 +90,13 @@ fn per_event(c: &mut Criterion) {
                     effect: Effect::Apply(&outcome),
                 };
                 store
-                    .transaction_items(&unit, 1_796_000_000, 1_796_000_000_000)
+                    .transaction_items(
+                        std::slice::from_ref(&unit),
+                        1_796_000_000,
+                        1_796_000_000_000,
+                    )
                     .expect("items")
+                    .items
                     .len()
             })
         },

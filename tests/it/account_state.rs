@@ -22,7 +22,9 @@ on_both_engines!(
     when_the_response_is_lost_after_the_commit_should_count_the_redelivery_as_duplicate,
     when_dynamodb_reports_a_transaction_conflict_should_retry_in_place,
     when_an_event_fails_should_fail_the_later_events_of_its_account_only,
-    when_counting_requests_should_cost_one_transaction_per_event_and_one_request_per_duplicate,
+    when_counting_requests_should_cost_one_transaction_per_account_per_batch,
+    when_a_batch_mixes_duplicates_collisions_and_new_facts_should_settle_each_from_one_refusal,
+    when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_them_in_order,
 );
 
 fn lines(stream: &str) -> Vec<String> {
@@ -923,23 +925,41 @@ async fn when_an_event_fails_should_fail_the_later_events_of_its_account_only(en
     );
 }
 
-async fn when_counting_requests_should_cost_one_transaction_per_event_and_one_request_per_duplicate(
-    engine: Engine,
-) {
+fn reversal(account: &str, id: &str, of: &str, amount: i64) -> String {
+    json!({"sourceSystem": "psp", "sourceEventId": id, "eventType": "PAYMENT_REVERSED",
+           "accountId": account, "eventTime": "2026-09-11T10:00:00Z", "amountMinor": amount,
+           "currency": "EUR", "reversalOf": {"sourceSystem": "psp", "sourceEventId": of}})
+    .to_string()
+}
+
+fn batch_of(bodies: &[String], prefix: &str) -> Vec<(String, String)> {
+    bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (format!("{prefix}{i}"), b.clone()))
+        .collect()
+}
+
+async fn principal(servicing: &Servicing, account: &str) -> (i64, u64) {
+    let (loan, version) = servicing.loan(account).await.expect("loan");
+    (loan.principal_outstanding_minor, version)
+}
+
+async fn when_counting_requests_should_cost_one_transaction_per_account_per_batch(engine: Engine) {
     let servicing = Servicing::new(engine).await;
     let handler = servicing.handler();
     let requests = &servicing.requests;
-    let events: Vec<(String, String)> = (0..10)
+    let bodies: Vec<String> = (0..10)
         .map(|i| {
             let account = format!("acc_cost_{}", i % 2);
-            let body = if i < 2 {
+            if i < 2 {
                 open_account(&account, 100_000)
             } else {
                 payment(&account, &format!("cost-{i}"), 100)
-            };
-            (format!("m{i}"), body)
+            }
         })
         .collect();
+    let events = batch_of(&bodies, "m");
 
     requests.reset();
     let results = deliver(&handler, &events).await;
@@ -948,14 +968,20 @@ async fn when_counting_requests_should_cost_one_transaction_per_event_and_one_re
         "{results:?}"
     );
     assert_eq!(
-        requests.get("TransactWriteItems"),
-        10,
-        "one transaction per first-time event"
+        requests.snapshot(),
+        BTreeMap::from([
+            ("GetItem".to_owned(), 2),
+            ("TransactWriteItems".to_owned(), 2)
+        ]),
+        "one read and one transaction per account per batch"
     );
-    assert_eq!(requests.get("GetItem"), 2, "one read per account per batch");
-    assert_eq!(requests.total(), 12, "{:?}", requests.snapshot());
+    for account in ["acc_cost_0", "acc_cost_1"] {
+        // Five facts, one loan write: the version still counts the applied facts.
+        assert_eq!(principal(&servicing, account).await, (99_600, 5));
+    }
 
-    // The same instance sees the whole batch again: every duplicate costs exactly one request.
+    // The same instance sees the whole batch again: one refused transaction per account
+    // answers for all of its duplicates.
     requests.reset();
     let results = deliver(&handler, &events).await;
     assert!(
@@ -964,7 +990,7 @@ async fn when_counting_requests_should_cost_one_transaction_per_event_and_one_re
     );
     assert_eq!(
         requests.snapshot(),
-        BTreeMap::from([("TransactWriteItems".to_owned(), 10)])
+        BTreeMap::from([("TransactWriteItems".to_owned(), 2)])
     );
 
     // A cold instance pays one read per account, once per batch.
@@ -974,5 +1000,123 @@ async fn when_counting_requests_should_cost_one_transaction_per_event_and_one_re
         results.iter().all(|(_, r)| *r == MessageResult::Duplicate),
         "{results:?}"
     );
-    assert_eq!(requests.total(), 12, "{:?}", requests.snapshot());
+    assert_eq!(requests.total(), 4, "{:?}", requests.snapshot());
+
+    // MAX_TRANSACTION_ITEMS=1 commits every event on its own: one transaction per event.
+    let mut config = servicing.config();
+    config.max_transaction_items = 1;
+    let one_by_one = servicing.handler_with(config, FaultPlan::default());
+    let more: Vec<String> = (10..14)
+        .map(|i| payment("acc_cost_0", &format!("cost-{i}"), 100))
+        .collect();
+    requests.reset();
+    let results = deliver(&one_by_one, &batch_of(&more, "n")).await;
+    assert!(
+        results.iter().all(|(_, r)| *r == MessageResult::Applied),
+        "{results:?}"
+    );
+    assert_eq!(requests.get("TransactWriteItems"), 4);
+    assert_eq!(principal(&servicing, "acc_cost_0").await, (99_200, 9));
+}
+
+async fn when_a_batch_mixes_duplicates_collisions_and_new_facts_should_settle_each_from_one_refusal(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let requests = &servicing.requests;
+    let seed = vec![
+        open_account("acc_mix", 100_000),
+        payment("acc_mix", "mix-1", 1_000),
+        payment("acc_mix", "mix-2", 2_000),
+    ];
+    deliver(&handler, &batch_of(&seed, "s")).await;
+    assert_eq!(principal(&servicing, "acc_mix").await, (97_000, 3));
+
+    // New, duplicate, new, collision (same identity, other amount), new.
+    let mixed = vec![
+        payment("acc_mix", "mix-3", 100),
+        payment("acc_mix", "mix-1", 1_000),
+        payment("acc_mix", "mix-4", 200),
+        payment("acc_mix", "mix-2", 9_999),
+        payment("acc_mix", "mix-5", 300),
+    ];
+    requests.reset();
+    let results = deliver(&handler, &batch_of(&mixed, "x")).await;
+    let got: Vec<&MessageResult> = results.iter().map(|(_, r)| r).collect();
+    assert_eq!(
+        got,
+        [
+            &MessageResult::Applied,
+            &MessageResult::Duplicate,
+            &MessageResult::Applied,
+            &MessageResult::Collision,
+            &MessageResult::Applied
+        ]
+    );
+    // The refused transaction named both refused claims; the three new facts commit in the
+    // next one; the collision's quarantine record is its own write.
+    assert_eq!(
+        requests.snapshot(),
+        BTreeMap::from([
+            ("PutItem".to_owned(), 1),
+            ("TransactWriteItems".to_owned(), 2)
+        ])
+    );
+    assert_eq!(principal(&servicing, "acc_mix").await, (96_400, 6));
+    let quarantined = servicing.quarantine().await;
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    assert_eq!(attr_s(&quarantined[0], "code"), Some("collision"));
+}
+
+async fn when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_them_in_order(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let requests = &servicing.requests;
+    let bodies = vec![
+        open_account("acc_cut", 100_000),
+        payment("acc_cut", "cut-1", 5_000),
+        // Its target is recorded in the same batch: judged after the first group commits.
+        reversal("acc_cut", "cut-rev-1", "cut-1", 5_000),
+        payment("acc_cut", "cut-2", 1_000),
+        // The same fact twice in one batch: one claim item cannot be written twice.
+        payment("acc_cut", "cut-2", 1_000),
+        payment("acc_cut", "cut-3", 500),
+    ];
+    requests.reset();
+    let results = deliver(&handler, &batch_of(&bodies, "c")).await;
+    let counts = tally(&results);
+    assert_eq!((counts.applied, counts.duplicate), (5, 1), "{results:?}");
+    assert_eq!(results[4].1, MessageResult::Duplicate, "{results:?}");
+    assert_eq!(principal(&servicing, "acc_cut").await, (98_500, 5));
+    let allocations = servicing.allocations("acc_cut").await;
+    assert!(
+        allocations
+            .iter()
+            .any(|a| a.payment.event_id == "cut-1" && a.reversed_by.is_some()),
+        "{allocations:?}"
+    );
+    // [open, cut-1] | [reversal, cut-2] | [cut-2 again (refused), cut-3] | [cut-3]
+    assert_eq!(
+        requests.get("TransactWriteItems"),
+        4,
+        "{:?}",
+        requests.snapshot()
+    );
+
+    // A group never exceeds the item budget: at 5 items, a payment (claim + allocation +
+    // outbox) and the loan fit once per transaction.
+    let mut config = servicing.config();
+    config.max_transaction_items = 5;
+    let small = servicing.handler_with(config, FaultPlan::default());
+    let more: Vec<String> = (4..8)
+        .map(|i| payment("acc_cut", &format!("cut-{i}"), 100))
+        .collect();
+    requests.reset();
+    let results = deliver(&small, &batch_of(&more, "d")).await;
+    assert_eq!(tally(&results).applied, 4, "{results:?}");
+    assert_eq!(requests.get("TransactWriteItems"), 4);
+    assert_eq!(principal(&servicing, "acc_cut").await, (98_100, 9));
 }

@@ -213,7 +213,7 @@ impl CollectionsHandler {
         let first_time = match self.store.commit(&unit).await {
             Ok(CommitOutcome::Committed) => true,
             // The claim was there, or (after a claim expired) the action was: a replay.
-            Ok(CommitOutcome::Duplicate) | Ok(CommitOutcome::VersionConflict) => false,
+            Ok(CommitOutcome::Duplicate) | Ok(CommitOutcome::BusinessConditionFailed(_)) => false,
             Ok(CommitOutcome::Collision { stored }) => {
                 let reason = format!(
                     "collision: event {} was claimed with fingerprint {stored}, this one has {fingerprint}",

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use servicing_store::DEFAULT_CLAIM_RETENTION;
 
+use crate::group::MAX_TRANSACTION_ITEMS;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The DynamoDB table (`TABLE_NAME`, required).
@@ -23,6 +25,9 @@ pub struct Config {
     pub account_concurrency: usize,
     /// Account states kept warm between invocations (`STATE_CACHE_CAPACITY`, default 10000).
     pub state_cache_capacity: usize,
+    /// Items in one transaction, where an account's events in a batch are committed together
+    /// (`MAX_TRANSACTION_ITEMS`, 1..=100, default 100). 1 commits every event on its own.
+    pub max_transaction_items: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +52,7 @@ impl Config {
             conflict_backoff: Duration::from_millis(10),
             account_concurrency: 8,
             state_cache_capacity: 10_000,
+            max_transaction_items: MAX_TRANSACTION_ITEMS,
         }
     }
 
@@ -79,6 +85,15 @@ impl Config {
         config.conflict_backoff = Duration::from_millis(number("CONFLICT_BACKOFF_MS", 10, 0)?);
         config.account_concurrency = number("ACCOUNT_CONCURRENCY", 8, 1)? as usize;
         config.state_cache_capacity = number("STATE_CACHE_CAPACITY", 10_000, 0)? as usize;
+        config.max_transaction_items =
+            number("MAX_TRANSACTION_ITEMS", MAX_TRANSACTION_ITEMS as u64, 1)? as usize;
+        if config.max_transaction_items > MAX_TRANSACTION_ITEMS {
+            return Err(ConfigError::Invalid {
+                name: "MAX_TRANSACTION_ITEMS",
+                rule: "at most 100 (DynamoDB's limit)",
+                value: config.max_transaction_items.to_string(),
+            });
+        }
         Ok(config)
     }
 }

@@ -7,6 +7,7 @@
 
 mod cache;
 mod config;
+mod group;
 mod metrics;
 
 use std::collections::HashMap;
@@ -14,16 +15,13 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures_util::StreamExt;
-use servicing_domain::{
-    AccountId, AllocationWrite, DecodeError, Fingerprint, Outcome, ServicingEvent, SourceRef, apply,
-};
-use servicing_store::{
-    CommitOutcome, Effect, QuarantineEntry, ServicingStore, Snapshot, StoreError, UnitOfWork,
-    Versioned,
-};
+use servicing_domain::{AccountId, DecodeError, Fingerprint, ServicingEvent, SourceRef};
+use servicing_store::{CommitOutcome, QuarantineEntry, ServicingStore, Snapshot, StoreError};
 
 pub use cache::StateCache;
 pub use config::{Config, ConfigError};
+use group::Group;
+pub use group::MAX_TRANSACTION_ITEMS;
 pub use metrics::BatchCounts;
 
 /// What became of one message.
@@ -176,121 +174,128 @@ impl AccountStateHandler {
             }),
             _ => None,
         };
-        let mut results = Vec::with_capacity(pending.len());
-        let mut blocked_by: Option<String> = None;
-        for p in &pending {
-            let result = match &blocked_by {
-                Some(first) => MessageResult::Retry {
-                    reason: format!("an earlier event of this account failed ({first})"),
-                },
-                None => self.process_one(p, &targets, &mut snapshot).await,
-            };
-            if let (None, MessageResult::Retry { .. }) = (&blocked_by, &result) {
-                blocked_by = Some(p.message_id.to_owned());
+        let mut results: Vec<MessageResult> = Vec::with_capacity(pending.len());
+        while results.len() < pending.len() {
+            let settled = self
+                .settle_next_group(&pending[results.len()..], &targets, &mut snapshot)
+                .await;
+            let base = results.len();
+            let failed = settled
+                .iter()
+                .position(|r| matches!(r, MessageResult::Retry { .. }));
+            results.extend(settled);
+            if let Some(at) = failed {
+                // SQS must redeliver the account's later events after the failed one, in order.
+                let first = pending[base + at].message_id;
+                let reason = format!("an earlier event of this account failed ({first})");
+                results.resize(pending.len(), MessageResult::Retry { reason });
             }
-            results.push((p.message_id.to_owned(), result));
         }
         match snapshot.and_then(|s| s.account) {
             Some(state) => self.cache.put(state),
             None => self.cache.forget(&account),
         }
-        results
+        pending
+            .iter()
+            .map(|p| p.message_id.to_owned())
+            .zip(results)
+            .collect()
     }
-
-    #[tracing::instrument(skip_all, fields(message_id = p.message_id, source = %p.event.source))]
-    async fn process_one(
+    /// Settles a non-empty run of an account's next events: plans the longest group that fits
+    /// one transaction, commits it, and answers for each of its events. Claims refused in a
+    /// cancelled group are settled from that answer (a duplicate costs no extra request); the
+    /// others are planned again without them.
+    async fn settle_next_group(
         &self,
-        p: &Pending<'_>,
+        pending: &[Pending<'_>],
         targets: &[SourceRef],
         snapshot: &mut Option<Snapshot>,
-    ) -> MessageResult {
-        for attempt in 0..self.config.max_commit_attempts {
-            if attempt > 0 {
-                tokio::time::sleep(backoff(attempt, self.config.conflict_backoff)).await;
-            }
-            if snapshot.is_none() {
-                let target_refs: Vec<&SourceRef> = targets.iter().collect();
-                match self.store.load(&p.event.account_id, &target_refs).await {
-                    Ok(loaded) => *snapshot = Some(loaded),
-                    Err(e) => return self.store_failure(p, e).await,
-                }
-            }
-            let Some(snap) = snapshot.as_mut() else {
-                continue;
-            };
-            let current = snap.account.as_ref();
-            let expected_version = current.map(|v| v.version);
-            let target = p
-                .event
-                .reversal_target()
-                .and_then(|t| snap.allocations.get(t));
-            let outcome = apply(current.map(|v| &v.account), &p.event, target);
-
-            let (effect, on_commit) = match &outcome {
-                Outcome::Applied(applied) => (Effect::Apply(applied), MessageResult::Applied),
-                Outcome::Stale { .. } => (Effect::Stale, MessageResult::Stale),
-                Outcome::Rejected(rejection) => (
-                    Effect::Reject(p.quarantine_entry(rejection.code, &rejection.reason)),
-                    MessageResult::Quarantined {
-                        code: rejection.code.to_owned(),
-                    },
-                ),
-                Outcome::Deferred(why) => return self.defer(p, why).await,
-            };
-            let unit = UnitOfWork {
-                source: &p.event.source,
-                event_type: p.event.kind.wire_name(),
-                account_id: &p.event.account_id,
-                fingerprint: &p.fingerprint,
-                expected_version,
-                effect,
-            };
-            match self.store.commit(&unit).await {
-                Ok(CommitOutcome::Committed) => {
-                    if let Outcome::Applied(applied) = outcome {
-                        let applied = *applied;
-                        match applied.allocation {
-                            Some(AllocationWrite::Record(stored)) => {
-                                snap.allocations.insert(stored.payment.clone(), stored);
-                            }
-                            Some(AllocationWrite::MarkReversed { payment, reversal }) => {
-                                if let Some(stored) = snap.allocations.get_mut(&payment) {
-                                    stored.reversed_by = Some(reversal);
-                                }
-                            }
-                            None => {}
+    ) -> Vec<MessageResult> {
+        let mut settled: Vec<Option<MessageResult>> = vec![None; pending.len()];
+        let mut max_units = usize::MAX;
+        let mut attempt = 0;
+        loop {
+            let snap = match snapshot {
+                Some(snap) => snap,
+                None => {
+                    let target_refs: Vec<&SourceRef> = targets.iter().collect();
+                    match self
+                        .store
+                        .load(&pending[0].event.account_id, &target_refs)
+                        .await
+                    {
+                        Ok(loaded) => snapshot.insert(loaded),
+                        Err(e) => {
+                            let first = first_unsettled(&settled);
+                            settled[first] = Some(self.store_failure(&pending[first], e).await);
+                            return settled_run(settled, first + 1);
                         }
-                        snap.account = Some(Versioned {
-                            account: applied.account,
-                            version: expected_version.map_or(1, |v| v + 1),
-                        });
                     }
-                    if let MessageResult::Quarantined { code } = &on_commit {
-                        tracing::warn!(code = %code, "business rejection quarantined");
+                }
+            };
+            let group = Group::plan(
+                pending,
+                &settled,
+                snap,
+                self.config.max_transaction_items,
+                max_units,
+            );
+            let Some(first) = group.members.first().map(|m| m.index) else {
+                // Everything before `end` is settled; the event at `end` waits for its turn.
+                if let Some(why) = &group.deferred {
+                    settled[group.end] = Some(self.defer(&pending[group.end], why).await);
+                    return settled_run(settled, group.end + 1);
+                }
+                return settled_run(settled, group.end);
+            };
+            let answer = self.store.commit_all(&group.units(pending)).await;
+            match answer {
+                Ok(outcomes) if outcomes.iter().all(|o| *o == CommitOutcome::Committed) => {
+                    let end = group.end;
+                    for (index, result) in group.committed(snap) {
+                        settled[index] = Some(result);
                     }
-                    return on_commit;
+                    return settled_run(settled, end);
                 }
-                Ok(CommitOutcome::Duplicate) => return MessageResult::Duplicate,
-                Ok(CommitOutcome::Collision { stored }) => return self.collision(p, &stored).await,
-                Ok(CommitOutcome::VersionConflict)
-                | Ok(CommitOutcome::BusinessConditionFailed(_))
-                | Ok(CommitOutcome::Contended) => {
-                    tracing::info!(attempt, "concurrent change; re-reading");
-                    *snapshot = None;
+                Ok(outcomes) => {
+                    let mut reread = false;
+                    for (member, outcome) in group.members.iter().zip(outcomes) {
+                        let p = &pending[member.index];
+                        match outcome {
+                            CommitOutcome::Duplicate => {
+                                settled[member.index] = Some(MessageResult::Duplicate);
+                            }
+                            CommitOutcome::Collision { stored } => {
+                                settled[member.index] = Some(self.collision(p, &stored).await);
+                            }
+                            CommitOutcome::Withdrawn => {}
+                            _ => reread = true,
+                        }
+                    }
+                    if reread {
+                        *snapshot = None;
+                        attempt += 1;
+                        if attempt >= self.config.max_commit_attempts {
+                            let first = first_unsettled(&settled);
+                            settled[first] = Some(MessageResult::Retry {
+                                reason: format!("still conflicting after {attempt} attempts"),
+                            });
+                            return settled_run(settled, first + 1);
+                        }
+                        tracing::info!(attempt, "concurrent change; re-reading");
+                        tokio::time::sleep(backoff(attempt, self.config.conflict_backoff)).await;
+                    }
                 }
+                // One event at a time from here: a request DynamoDB refuses as such (too large,
+                // invalid) must not take the other events of the group with it.
+                Err(StoreError::Rejected(_)) if group.members.len() > 1 => max_units = 1,
                 Err(e) => {
                     // The commit may or may not have happened (e.g. a lost response).
                     *snapshot = None;
-                    return self.store_failure(p, e).await;
+                    settled[first] = Some(self.store_failure(&pending[first], e).await);
+                    return settled_run(settled, first + 1);
                 }
             }
-        }
-        *snapshot = None;
-        MessageResult::Retry {
-            reason: format!(
-                "still conflicting after {} attempts",
-                self.config.max_commit_attempts
-            ),
         }
     }
 
@@ -392,6 +397,24 @@ impl BatchReport {
         self.counts.count(&result);
         self.results.push((message_id.to_owned(), result));
     }
+}
+
+/// The first event without an answer (there is one while a group is being settled).
+fn first_unsettled(settled: &[Option<MessageResult>]) -> usize {
+    settled.iter().position(Option::is_none).unwrap_or(0)
+}
+
+/// The answers of the first `len` events, all settled by then.
+fn settled_run(settled: Vec<Option<MessageResult>>, len: usize) -> Vec<MessageResult> {
+    settled
+        .into_iter()
+        .take(len)
+        .map(|result| {
+            result.unwrap_or_else(|| MessageResult::Retry {
+                reason: "left unsettled by its group".into(),
+            })
+        })
+        .collect()
 }
 
 fn receive_count(message: &SqsMessage) -> u32 {

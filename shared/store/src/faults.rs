@@ -50,7 +50,7 @@ impl NextFault {
         }
     }
 
-    pub(crate) fn after_commit(&self, outcome: CommitOutcome) -> Result<CommitOutcome, StoreError> {
+    pub(crate) fn after_commit<T>(&self, outcome: T) -> Result<T, StoreError> {
         match self.0 {
             Some(Fault::LoseResponse) => Err(StoreError::Transient(
                 "injected: response lost after the commit".into(),

@@ -1,9 +1,12 @@
 //! DynamoDB adapter of the servicing consumers.
 //!
-//! Every unit of work is ONE `TransactWriteItems`: the claim put, the version-checked loan write,
-//! the allocation write and the outbox items (or the quarantine item) commit together or not at
-//! all. A refused transaction is mapped from its `CancellationReasons` to a typed outcome; the
-//! claim's old item (returned with `ALL_OLD`) tells a duplicate from a collision without a read.
+//! Every fact's unit of work is committed in ONE `TransactWriteItems`: the claim put, the
+//! version-checked loan write, the allocation write and the outbox items (or the quarantine item)
+//! commit together or not at all. Several facts of one account may share that transaction (the
+//! loan is then written once, carrying all their effects); each keeps its own claim. A refused
+//! transaction is mapped from its `CancellationReasons`, item by item, to one outcome per fact;
+//! a refused claim's old item (returned with `ALL_OLD`) tells a duplicate from a collision
+//! without a read.
 
 mod faults;
 pub mod items;
@@ -137,7 +140,8 @@ pub struct UnitOfWork<'a> {
     pub account_id: &'a AccountId,
     pub fingerprint: &'a Fingerprint,
     /// The loan version the judgment was made against (`None`: the account did not exist).
-    /// Every effect is conditioned on it, so no verdict rests on a state that has moved on.
+    /// Every effect is conditioned on it, so no verdict rests on a state that has moved on. In
+    /// a transaction of several units, each unit's version is the one its predecessors leave.
     pub expected_version: Option<u64>,
     pub effect: Effect<'a>,
 }
@@ -159,6 +163,29 @@ pub enum CommitOutcome {
     /// DynamoDB cancelled the transaction because another transaction touched the same items
     /// (`TransactionConflict`): retry.
     Contended,
+    /// Nothing of this unit was written because another unit of the same transaction was
+    /// refused (its claim existed): judge it again without that one. The loan was where it was
+    /// expected, so the state read before still holds.
+    Withdrawn,
+}
+
+/// The write items of a transaction and what each stands for (to read its cancellation reason).
+#[derive(Debug)]
+pub struct Transaction {
+    pub items: Vec<TransactWriteItem>,
+    roles: Vec<Role>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Unit `i`'s claim.
+    Claim(usize),
+    /// The loan write or version check shared by the units.
+    Loan,
+    /// Unit `i`'s own conditional item (its allocation, or its action intent).
+    Condition(usize),
+    /// An unconditional put (outbox, quarantine).
+    Plain,
 }
 
 /// An event to publish through the outbox, in its final form.
@@ -345,33 +372,47 @@ impl ServicingStore {
     }
 
     /// Commits one unit of work as ONE `TransactWriteItems`.
-    #[tracing::instrument(skip_all, fields(source = %unit.source))]
     pub async fn commit(&self, unit: &UnitOfWork<'_>) -> Result<CommitOutcome, StoreError> {
+        let mut outcomes = self.commit_all(std::slice::from_ref(unit)).await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| StoreError::Rejected("a commit without its outcome".into()))
+    }
+
+    /// Commits the units of ONE account (in order, each judged on the state its predecessors
+    /// leave) as ONE `TransactWriteItems`; the loan is written once with the last state and
+    /// the version advanced by the number of applied units. One outcome per unit, in order:
+    /// all `Committed`, or none committed.
+    #[tracing::instrument(skip_all, fields(units = units.len()))]
+    pub async fn commit_all(
+        &self,
+        units: &[UnitOfWork<'_>],
+    ) -> Result<Vec<CommitOutcome>, StoreError> {
         let fault = self.faults.next();
         if let Some(injected) = fault.before_commit() {
-            return injected;
+            return injected.map(|outcome| vec![outcome; units.len()]);
         }
         let (now, now_millis) = now_epoch();
-        let writes = self.transaction_items(unit, now, now_millis)?;
+        let transaction = self.transaction_items(units, now, now_millis)?;
         let result = self
             .client
             .transact_write_items()
-            .set_transact_items(Some(writes))
+            .set_transact_items(Some(transaction.items))
             .send()
             .await;
-        let outcome = match result {
-            Ok(_) => CommitOutcome::Committed,
+        let outcomes = match result {
+            Ok(_) => vec![CommitOutcome::Committed; units.len()],
             Err(e) => match e.into_service_error() {
                 TransactWriteItemsError::TransactionCanceledException(cancelled) => {
-                    map_cancellation(cancelled.cancellation_reasons(), unit.fingerprint)?
+                    map_cancellation(cancelled.cancellation_reasons(), &transaction.roles, units)?
                 }
                 other => return Err(classify_service(other)),
             },
         };
-        fault.after_commit(outcome)
+        fault.after_commit(outcomes)
     }
 
-    /// Item 1 of a claim-only transaction: the loan is still at the judged version (or absent).
+    /// The loan's version check (claim-only verdicts: the loan is still at the judged version).
     fn version_check(
         &self,
         account_id: &AccountId,
@@ -389,96 +430,137 @@ impl ServicingStore {
         Ok(TransactWriteItem::builder().condition_check(check).build())
     }
 
-    /// The items of a unit's `TransactWriteItems`, in the order `map_cancellation` relies on
-    /// (claim, then loan or version check, then allocation, then outbox / quarantine / action).
+    /// The items of the units' `TransactWriteItems`: the loan write (or version check) once,
+    /// then per unit its claim and its own items.
     pub fn transaction_items(
         &self,
-        unit: &UnitOfWork<'_>,
+        units: &[UnitOfWork<'_>],
         now: i64,
         now_millis: i64,
-    ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let expires_at = now + self.config.claim_retention.as_secs() as i64;
-        let verdict = match unit.effect {
-            Effect::Apply(_) => Verdict::Applied,
-            Effect::Stale => Verdict::Stale,
-            Effect::Reject(_) => Verdict::Rejected,
-            Effect::Intent(_) => Verdict::Applied,
+    ) -> Result<Transaction, StoreError> {
+        let mut transaction = Transaction {
+            items: Vec::with_capacity(units.len() * 4 + 1),
+            roles: Vec::with_capacity(units.len() * 4 + 1),
         };
-        let claim = Put::builder()
-            .table_name(&self.config.table)
-            .set_item(Some(items::claim_item(
-                &self.config.consumer,
-                unit,
-                verdict,
-                now,
-                expires_at,
-            )))
-            // A claim past its stored expiry no longer counts, whether or not TTL deleted it yet.
-            .condition_expression("attribute_not_exists(pk) OR expiresAt < :now")
-            .expression_attribute_values(":now", n(now))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
-        let mut writes = vec![TransactWriteItem::builder().put(claim).build()];
+        if let Some(loan) = self.loan_item_of(units)? {
+            transaction.push(Role::Loan, loan);
+        }
+        let expires_at = now + self.config.claim_retention.as_secs() as i64;
+        for (i, unit) in units.iter().enumerate() {
+            let verdict = match unit.effect {
+                Effect::Apply(_) | Effect::Intent(_) => Verdict::Applied,
+                Effect::Stale => Verdict::Stale,
+                Effect::Reject(_) => Verdict::Rejected,
+            };
+            let claim = Put::builder()
+                .table_name(&self.config.table)
+                .set_item(Some(items::claim_item(
+                    &self.config.consumer,
+                    unit,
+                    verdict,
+                    now,
+                    expires_at,
+                )))
+                // A claim past its stored expiry no longer counts, whether or not TTL deleted it.
+                .condition_expression("attribute_not_exists(pk) OR expiresAt < :now")
+                .expression_attribute_values(":now", n(now))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .build()
+                .map_err(|e| StoreError::Rejected(e.to_string()))?;
+            transaction.push(
+                Role::Claim(i),
+                TransactWriteItem::builder().put(claim).build(),
+            );
 
-        match &unit.effect {
-            Effect::Apply(applied) => {
-                writes.push(self.loan_write(&applied.account, unit.expected_version)?);
-                if let Some(allocation) = &applied.allocation {
-                    writes.push(self.allocation_write(unit.account_id, allocation)?);
+            match &unit.effect {
+                Effect::Apply(applied) => {
+                    if let Some(allocation) = &applied.allocation {
+                        let write = self.allocation_write(unit.account_id, allocation)?;
+                        transaction.push(Role::Condition(i), write);
+                    }
+                    for event in &applied.outbox {
+                        let put = Put::builder()
+                            .table_name(&self.config.table)
+                            .set_item(Some(items::outbox_item(
+                                &self.config.consumer,
+                                event,
+                                now,
+                                expires_at,
+                            )))
+                            .build()
+                            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+                        transaction
+                            .push(Role::Plain, TransactWriteItem::builder().put(put).build());
+                    }
                 }
-                for event in &applied.outbox {
-                    let put = Put::builder()
-                        .table_name(&self.config.table)
-                        .set_item(Some(items::outbox_item(
-                            &self.config.consumer,
-                            event,
-                            now,
-                            expires_at,
-                        )))
-                        .build()
-                        .map_err(|e| StoreError::Rejected(e.to_string()))?;
-                    writes.push(TransactWriteItem::builder().put(put).build());
-                }
-            }
-            Effect::Intent(intent) => {
-                if let Some(intent) = intent {
+                Effect::Intent(Some(intent)) => {
                     let put = Put::builder()
                         .table_name(&self.config.table)
                         .set_item(Some(items::action_item(intent, now)))
                         .condition_expression("attribute_not_exists(pk)")
                         .build()
                         .map_err(|e| StoreError::Rejected(e.to_string()))?;
-                    writes.push(TransactWriteItem::builder().put(put).build());
+                    transaction.push(
+                        Role::Condition(i),
+                        TransactWriteItem::builder().put(put).build(),
+                    );
                 }
-            }
-            Effect::Stale | Effect::Reject(_) => {
-                writes.push(self.version_check(unit.account_id, unit.expected_version)?);
-                if let Effect::Reject(entry) = &unit.effect {
-                    writes.push(self.quarantine_put(entry, now_millis)?);
+                Effect::Reject(entry) => {
+                    transaction.push(Role::Plain, self.quarantine_put(entry, now_millis)?);
                 }
+                Effect::Intent(None) | Effect::Stale => {}
             }
         }
-
-        Ok(writes)
+        Ok(transaction)
     }
 
-    fn loan_write(
+    /// The one loan item of a transaction: the last applied state, written on the first unit's
+    /// version and advanced by one per applied unit; a version check when no unit applies;
+    /// nothing when no unit involves the loan (downstream claims). The units must chain: each
+    /// judged on the version its predecessors leave.
+    fn loan_item_of(
         &self,
-        account: &LoanAccount,
-        expected_version: Option<u64>,
-    ) -> Result<TransactWriteItem, StoreError> {
-        let next_version = expected_version.map_or(1, |v| v + 1);
-        let (condition, names, values) = version_condition(expected_version);
-        let put = Put::builder()
-            .table_name(&self.config.table)
-            .set_item(Some(items::loan_item(account, next_version)?))
-            .condition_expression(condition)
-            .set_expression_attribute_names(names)
-            .set_expression_attribute_values(values)
-            .build()
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
-        Ok(TransactWriteItem::builder().put(put).build())
+        units: &[UnitOfWork<'_>],
+    ) -> Result<Option<TransactWriteItem>, StoreError> {
+        let mut involved = units
+            .iter()
+            .filter(|u| !matches!(u.effect, Effect::Intent(_)));
+        let Some(first) = involved.next() else {
+            return Ok(None);
+        };
+        let mut version = first.expected_version;
+        let mut last_state = None;
+        for unit in std::iter::once(first).chain(involved) {
+            if unit.account_id != first.account_id || unit.expected_version != version {
+                return Err(StoreError::Rejected(format!(
+                    "units of one transaction must be one account's, in order: {} at {:?} after {:?}",
+                    unit.source, unit.expected_version, version
+                )));
+            }
+            if let Effect::Apply(applied) = &unit.effect {
+                version = Some(version.map_or(1, |v| v + 1));
+                last_state = Some(&applied.account);
+            }
+        }
+        match last_state {
+            Some(account) => {
+                let (condition, names, values) = version_condition(first.expected_version);
+                let put = Put::builder()
+                    .table_name(&self.config.table)
+                    .set_item(Some(items::loan_item(account, version.unwrap_or(1))?))
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(|e| StoreError::Rejected(e.to_string()))?;
+                Ok(Some(TransactWriteItem::builder().put(put).build()))
+            }
+            None => self
+                .version_check(first.account_id, first.expected_version)
+                .map(Some),
+        }
     }
 
     fn allocation_write(
@@ -881,52 +963,83 @@ fn version_condition(expected: Option<u64>) -> (&'static str, Names, Values) {
     }
 }
 
-/// Maps the reasons of a cancelled transaction. The claim is item 0, the loan item 1, the
-/// allocation (if any) item 2; claim-only transactions check the loan version as item 1. A refused claim wins over everything else: the fact was judged.
+impl Transaction {
+    fn push(&mut self, role: Role, item: TransactWriteItem) {
+        self.roles.push(role);
+        self.items.push(item);
+    }
+}
+
+/// Maps the reasons of a cancelled transaction to one outcome per unit. A refused claim wins
+/// for its unit: the fact was judged before. The other units share the reason the transaction
+/// failed for: the loan moved (`VersionConflict`), an allocation or action item was not as
+/// judged (`BusinessConditionFailed`), a concurrent transaction (`Contended`), or only refused
+/// claims (`Withdrawn`). DynamoDB reports a reason per item (both local engines too), so every
+/// duplicate in the transaction is known from this one answer.
 fn map_cancellation(
     reasons: &[CancellationReason],
-    fingerprint: &Fingerprint,
-) -> Result<CommitOutcome, StoreError> {
-    let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
-    if code(0) == "ConditionalCheckFailed" {
-        let stored = reasons[0]
-            .item()
-            .and_then(|item| items::string(item, items::FINGERPRINT))
-            .map(|f| Fingerprint::from_stored(f.to_owned()))
-            .ok_or_else(|| {
-                StoreError::Corrupt("refused claim came back without its fingerprint".into())
-            })?;
-        return Ok(if &stored == fingerprint {
-            CommitOutcome::Duplicate
+    roles: &[Role],
+    units: &[UnitOfWork<'_>],
+) -> Result<Vec<CommitOutcome>, StoreError> {
+    let mut refused: Vec<Option<CommitOutcome>> = vec![None; units.len()];
+    let mut condition_failed = vec![false; units.len()];
+    let (mut loan_moved, mut contended, mut throttled) = (false, false, false);
+    for (reason, role) in reasons.iter().zip(roles) {
+        let code = reason.code().unwrap_or("None");
+        match (role, code) {
+            (_, "None") => {}
+            (Role::Claim(i), "ConditionalCheckFailed") => {
+                let stored = reason
+                    .item()
+                    .and_then(|item| items::string(item, items::FINGERPRINT))
+                    .map(|f| Fingerprint::from_stored(f.to_owned()))
+                    .ok_or_else(|| {
+                        StoreError::Corrupt(
+                            "refused claim came back without its fingerprint".into(),
+                        )
+                    })?;
+                refused[*i] = Some(if &stored == units[*i].fingerprint {
+                    CommitOutcome::Duplicate
+                } else {
+                    CommitOutcome::Collision { stored }
+                });
+            }
+            (Role::Loan, "ConditionalCheckFailed") => loan_moved = true,
+            (Role::Condition(i), "ConditionalCheckFailed") => condition_failed[*i] = true,
+            (_, "TransactionConflict") => contended = true,
+            (_, "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded") => {
+                throttled = true
+            }
+            _ => {}
+        }
+    }
+    let any_refused = refused.iter().any(Option::is_some);
+    // A refused unit's own conditions fail too (a duplicate payment's allocation exists): its
+    // claim explains them. Only an unrefused unit's failed condition means the state moved.
+    let condition_failed = refused
+        .iter()
+        .zip(&condition_failed)
+        .any(|(refused, failed)| refused.is_none() && *failed);
+    let others = if loan_moved {
+        CommitOutcome::VersionConflict
+    } else if condition_failed {
+        CommitOutcome::BusinessConditionFailed("allocation or action condition failed".into())
+    } else if contended || (throttled && any_refused) {
+        CommitOutcome::Contended
+    } else if any_refused {
+        CommitOutcome::Withdrawn
+    } else {
+        let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
+        return Err(if throttled {
+            StoreError::Transient(format!("transaction throttled: {codes:?}"))
         } else {
-            CommitOutcome::Collision { stored }
+            StoreError::Rejected(format!("transaction cancelled: {codes:?}"))
         });
-    }
-    if code(1) == "ConditionalCheckFailed" {
-        return Ok(CommitOutcome::VersionConflict);
-    }
-    if code(2) == "ConditionalCheckFailed" {
-        return Ok(CommitOutcome::BusinessConditionFailed(
-            "allocation condition failed".into(),
-        ));
-    }
-    let codes: Vec<&str> = (0..reasons.len()).map(code).collect();
-    if codes.contains(&"TransactionConflict") {
-        return Ok(CommitOutcome::Contended);
-    }
-    if codes.iter().any(|c| {
-        matches!(
-            *c,
-            "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded"
-        )
-    }) {
-        return Err(StoreError::Transient(format!(
-            "transaction throttled: {codes:?}"
-        )));
-    }
-    Err(StoreError::Rejected(format!(
-        "transaction cancelled: {codes:?}"
-    )))
+    };
+    Ok(refused
+        .into_iter()
+        .map(|outcome| outcome.unwrap_or_else(|| others.clone()))
+        .collect())
 }
 
 /// Throttling, 5xx, timeouts and connection failures are transient; the rest is not.

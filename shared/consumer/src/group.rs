@@ -1,0 +1,194 @@
+//! Group commit: the longest run of an account's events that can share ONE transaction.
+//!
+//! Events are judged in batch order, each on the state its predecessors leave; the loan item is
+//! then written once for all of them. A group ends where DynamoDB would refuse or the judgment
+//! could not hold: at the item limit, at a fact already in the group (its claim would be written
+//! twice), at an allocation the group already touches (a reversal of a payment recorded in the
+//! same group), and at a deferred event (settled on its own once everything before it is).
+
+use std::collections::HashSet;
+
+use servicing_domain::{
+    AllocationWrite, Applied, Deferral, LoanAccount, Outcome, SourceRef, apply,
+};
+use servicing_store::{Effect, Snapshot, UnitOfWork, Versioned};
+
+use crate::{MessageResult, Pending};
+
+/// DynamoDB's limit of items per `TransactWriteItems` (both local engines enforce it too).
+pub const MAX_TRANSACTION_ITEMS: usize = 100;
+
+/// A verdict that commits (deferrals never do).
+#[derive(Debug)]
+pub(crate) enum Judged {
+    Apply(Box<Applied>),
+    Stale,
+    Reject(servicing_domain::Rejection),
+}
+
+#[derive(Debug)]
+pub(crate) struct Member {
+    /// Index into the account's pending events.
+    pub index: usize,
+    /// The loan version this event was judged against.
+    pub expected_version: Option<u64>,
+    pub judged: Judged,
+}
+
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub members: Vec<Member>,
+    /// The first pending event after the group (`len` when the group reaches the end).
+    pub end: usize,
+    /// Why the event at `end` was deferred, when it was.
+    pub deferred: Option<Deferral>,
+}
+
+impl Group {
+    /// Plans the next group from the unsettled events (`settled[i]` is `None`), at most
+    /// `max_units` events and `max_items` transaction items (one event always fits).
+    pub fn plan(
+        pending: &[Pending<'_>],
+        settled: &[Option<MessageResult>],
+        snapshot: &Snapshot,
+        max_items: usize,
+        max_units: usize,
+    ) -> Group {
+        let mut group = Group {
+            members: Vec::new(),
+            end: pending.len(),
+            deferred: None,
+        };
+        let mut version = snapshot.account.as_ref().map(|v| v.version);
+        let mut items = 1; // the loan write or version check
+        let mut facts: HashSet<&SourceRef> = HashSet::new();
+        let mut allocations: HashSet<SourceRef> = HashSet::new();
+        for (index, p) in pending.iter().enumerate() {
+            if settled[index].is_some() {
+                continue;
+            }
+            if group.members.len() >= max_units || facts.contains(&p.event.source) {
+                group.end = index;
+                break;
+            }
+            let target = p
+                .event
+                .reversal_target()
+                .and_then(|t| snapshot.allocations.get(t));
+            let (judged, cost, touches) = match apply(group.state(snapshot), &p.event, target) {
+                Outcome::Deferred(why) => {
+                    group.end = index;
+                    group.deferred = Some(why);
+                    break;
+                }
+                Outcome::Applied(applied) => {
+                    let touches = applied.allocation.as_ref().map(|write| match write {
+                        AllocationWrite::Record(stored) => stored.payment.clone(),
+                        AllocationWrite::MarkReversed { payment, .. } => payment.clone(),
+                    });
+                    let cost = 1 + usize::from(touches.is_some()) + applied.outbox.len();
+                    (Judged::Apply(applied), cost, touches)
+                }
+                Outcome::Stale { .. } => (Judged::Stale, 1, None),
+                Outcome::Rejected(rejection) => (Judged::Reject(rejection), 2, None),
+            };
+            let touched_twice = touches.as_ref().is_some_and(|t| allocations.contains(t));
+            let full = !group.members.is_empty() && items + cost > max_items;
+            if touched_twice || full {
+                group.end = index;
+                break;
+            }
+            items += cost;
+            facts.insert(&p.event.source);
+            allocations.extend(touches);
+            let expected_version = version;
+            if let Judged::Apply(_) = judged {
+                version = Some(version.map_or(1, |v| v + 1));
+            }
+            group.members.push(Member {
+                index,
+                expected_version,
+                judged,
+            });
+        }
+        group
+    }
+
+    /// The loan as the group's members so far leave it.
+    fn state<'s>(&'s self, snapshot: &'s Snapshot) -> Option<&'s LoanAccount> {
+        self.members
+            .iter()
+            .rev()
+            .find_map(|m| match &m.judged {
+                Judged::Apply(applied) => Some(&applied.account),
+                _ => None,
+            })
+            .or(snapshot.account.as_ref().map(|v| &v.account))
+    }
+
+    /// The units of work of the group, in order.
+    pub fn units<'a>(&'a self, pending: &'a [Pending<'a>]) -> Vec<UnitOfWork<'a>> {
+        self.members
+            .iter()
+            .map(|m| {
+                let p = &pending[m.index];
+                let effect = match &m.judged {
+                    Judged::Apply(applied) => Effect::Apply(applied),
+                    Judged::Stale => Effect::Stale,
+                    Judged::Reject(rejection) => {
+                        Effect::Reject(p.quarantine_entry(rejection.code, &rejection.reason))
+                    }
+                };
+                UnitOfWork {
+                    source: &p.event.source,
+                    event_type: p.event.kind.wire_name(),
+                    account_id: &p.event.account_id,
+                    fingerprint: &p.fingerprint,
+                    expected_version: m.expected_version,
+                    effect,
+                }
+            })
+            .collect()
+    }
+
+    /// After the commit: carries the committed state into `snapshot` and answers per event.
+    pub fn committed(self, snapshot: &mut Snapshot) -> Vec<(usize, MessageResult)> {
+        let mut results = Vec::with_capacity(self.members.len());
+        for member in self.members {
+            let result = match member.judged {
+                Judged::Apply(applied) => {
+                    let Applied {
+                        account,
+                        allocation,
+                        ..
+                    } = *applied;
+                    match allocation {
+                        Some(AllocationWrite::Record(stored)) => {
+                            snapshot.allocations.insert(stored.payment.clone(), stored);
+                        }
+                        Some(AllocationWrite::MarkReversed { payment, reversal }) => {
+                            if let Some(stored) = snapshot.allocations.get_mut(&payment) {
+                                stored.reversed_by = Some(reversal);
+                            }
+                        }
+                        None => {}
+                    }
+                    snapshot.account = Some(Versioned {
+                        account,
+                        version: member.expected_version.map_or(1, |v| v + 1),
+                    });
+                    MessageResult::Applied
+                }
+                Judged::Stale => MessageResult::Stale,
+                Judged::Reject(rejection) => {
+                    tracing::warn!(code = rejection.code, "business rejection quarantined");
+                    MessageResult::Quarantined {
+                        code: rejection.code.to_owned(),
+                    }
+                }
+            };
+            results.push((member.index, result));
+        }
+        results
+    }
+}
