@@ -4,7 +4,10 @@
 //! requests per first-time event and per duplicate, p50/p99 batch latency, peak RSS, the ratio,
 //! and whether both implementations reached the same balances.
 //!
-//!   infra/bench.sh [--accounts 40] [--events 25] [--duplicates 20]
+//! Each side runs `--repeats` times per batch size, alternating, after one untimed warm-up run
+//! (DynamoDB Local's JIT); the run with the median events/s is printed with the range.
+//!
+//!   infra/bench.sh [--accounts 40] [--events 25] [--duplicates 20] [--repeats 3]
 
 // Timings and ratios, not money: floats are fine here.
 #![allow(clippy::float_arithmetic)]
@@ -24,6 +27,7 @@ struct Args {
     accounts: usize,
     events: usize,
     duplicate_percent: usize,
+    repeats: usize,
     python: String,
 }
 
@@ -33,6 +37,7 @@ fn args() -> Args {
         accounts: 40,
         events: 25,
         duplicate_percent: 20,
+        repeats: 3,
         python: ".local/venv-bench/bin/python".into(),
     };
     let raw: Vec<String> = std::env::args().skip(1).collect();
@@ -48,6 +53,7 @@ fn args() -> Args {
             "--events" => a.events = number(),
             "--duplicates" => a.duplicate_percent = number(),
             "--concurrency" => a.concurrency = number(),
+            "--repeats" => a.repeats = number(),
             "--python" => a.python = value.clone(),
             other => panic!("unknown option {other}"),
         }
@@ -137,6 +143,22 @@ struct Figures {
     requests_per_duplicate: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// Lowest and highest events/s over the repeats (set by `median_run`).
+    range: (f64, f64),
+}
+
+/// The run with the median events/s, carrying the range of all runs.
+fn median_run(
+    mut runs: Vec<(Figures, BTreeMap<String, Value>)>,
+) -> (Figures, BTreeMap<String, Value>) {
+    runs.sort_by(|a, b| a.0.events_per_s.total_cmp(&b.0.events_per_s));
+    let range = (
+        runs.first().map_or(0.0, |r| r.0.events_per_s),
+        runs.last().map_or(0.0, |r| r.0.events_per_s),
+    );
+    let mut median = runs.swap_remove(runs.len() / 2);
+    median.0.range = range;
+    median
 }
 
 async fn run_ours(
@@ -221,6 +243,7 @@ async fn run_ours(
             requests_per_duplicate: per_duplicate,
             p50_ms: percentile(&latencies, 0.5),
             p99_ms: percentile(&latencies, 0.99),
+            range: (0.0, 0.0),
         },
         states,
     )
@@ -291,6 +314,7 @@ fn run_baseline(
             requests_per_duplicate: per_duplicate,
             p50_ms: first["p50_ms"].as_f64()?,
             p99_ms: first["p99_ms"].as_f64()?,
+            range: (0.0, 0.0),
         },
         states,
     ))
@@ -325,28 +349,43 @@ async fn main() {
     );
     let show = |name: &str, f: &Figures| {
         println!(
-            "{name:<34} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1}",
-            f.events_per_s, f.requests_per_first, f.requests_per_duplicate, f.p50_ms, f.p99_ms
+            "{name:<34} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1}   (events/s {:.0}-{:.0})",
+            f.events_per_s,
+            f.requests_per_first,
+            f.requests_per_duplicate,
+            f.p50_ms,
+            f.p99_ms,
+            f.range.0,
+            f.range.1
         );
     };
+    // Untimed: the first transactions of a fresh DynamoDB Local run before its JIT warms up.
+    run_ours(&stream, unique, 10, a.concurrency).await;
     for batch in [10, 100] {
-        let (ours, our_states) = run_ours(&stream, unique, batch, a.concurrency).await;
-        show(&format!("account-state, batch {batch}"), &ours);
-        match run_baseline(&a, &stream, unique, batch) {
-            Some((theirs, their_states)) => {
-                show(&format!("Powertools baseline, batch {batch}"), &theirs);
-                println!(
-                    "  ratio: {:.1}x events/s; balances agree: {}",
-                    ours.events_per_s / theirs.events_per_s,
-                    if same_balances(&our_states, &their_states) {
-                        "yes"
-                    } else {
-                        "NO"
-                    }
-                );
-            }
-            None => println!("  (baseline not run: install it with infra/bench.sh)"),
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        for _ in 0..a.repeats.max(1) {
+            ours.push(run_ours(&stream, unique, batch, a.concurrency).await);
+            theirs.extend(run_baseline(&a, &stream, unique, batch));
         }
+        let (ours, our_states) = median_run(ours);
+        show(&format!("account-state, batch {batch}"), &ours);
+        if theirs.is_empty() {
+            println!("  (baseline not run: install it with infra/bench.sh)");
+            continue;
+        }
+        let (theirs, their_states) = median_run(theirs);
+        show(&format!("Powertools baseline, batch {batch}"), &theirs);
+        println!(
+            "  ratio: {:.1}x events/s (medians of {} runs); balances agree: {}",
+            ours.events_per_s / theirs.events_per_s,
+            a.repeats.max(1),
+            if same_balances(&our_states, &their_states) {
+                "yes"
+            } else {
+                "NO"
+            }
+        );
     }
     println!(
         "peak RSS of the account-state process: {:.1} MB",

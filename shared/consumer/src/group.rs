@@ -192,3 +192,102 @@ impl Group {
         results
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use servicing_domain::{Fingerprint, ServicingEvent};
+
+    use super::*;
+
+    fn pending(bodies: &[String]) -> Vec<Pending<'_>> {
+        bodies
+            .iter()
+            .map(|body| {
+                let event = ServicingEvent::decode(body.as_bytes()).expect("valid event");
+                Pending {
+                    message_id: "m",
+                    body,
+                    receive_count: 1,
+                    fingerprint: Fingerprint::of(&event),
+                    event,
+                }
+            })
+            .collect()
+    }
+
+    fn body(kind: &str, id: &str, extra: &str) -> String {
+        format!(
+            r#"{{"sourceSystem":"psp","sourceEventId":"{id}","eventType":"{kind}","accountId":"acc_1","eventTime":"2026-09-10T10:00:00Z","currency":"EUR"{extra}}}"#
+        )
+    }
+
+    fn open() -> String {
+        body("LOAN_OPENED", "open", r#","principalMinor":100000"#)
+    }
+
+    fn pay(id: &str) -> String {
+        body("PAYMENT_SETTLED", id, r#","amountMinor":100"#)
+    }
+
+    fn plan(bodies: &[String], max_items: usize) -> Group {
+        let pending = pending(bodies);
+        let settled = vec![None; pending.len()];
+        Group::plan(
+            &pending,
+            &settled,
+            &Snapshot::default(),
+            max_items,
+            usize::MAX,
+        )
+    }
+
+    #[test]
+    fn when_events_fit_should_chain_their_versions_in_one_group() {
+        let group = plan(&[open(), pay("p1"), pay("p2")], MAX_TRANSACTION_ITEMS);
+        let versions: Vec<_> = group.members.iter().map(|m| m.expected_version).collect();
+        assert_eq!(versions, [None, Some(1), Some(2)]);
+        assert_eq!(group.end, 3);
+    }
+
+    #[test]
+    fn when_a_fact_repeats_should_end_the_group_before_the_repeat() {
+        let group = plan(&[open(), pay("p1"), pay("p1")], MAX_TRANSACTION_ITEMS);
+        assert_eq!(group.members.len(), 2);
+        assert_eq!(group.end, 2);
+    }
+
+    #[test]
+    fn when_the_item_budget_is_reached_should_end_the_group_but_always_take_one_event() {
+        // open = claim + outbox; a payment = claim + allocation + outbox; plus the loan.
+        let group = plan(&[open(), pay("p1"), pay("p2")], 6);
+        assert_eq!(group.end, 2);
+        let group = plan(&[open(), pay("p1")], 1);
+        assert_eq!(group.members.len(), 1);
+        assert_eq!(group.end, 1);
+    }
+
+    #[test]
+    fn when_the_first_event_is_deferred_should_plan_nothing_and_say_why() {
+        let group = plan(&[pay("p1"), open()], MAX_TRANSACTION_ITEMS);
+        assert!(group.members.is_empty());
+        assert_eq!(group.end, 0);
+        assert_eq!(group.deferred, Some(Deferral::AccountNotOpened));
+    }
+
+    #[test]
+    fn when_events_are_settled_should_plan_the_others_without_them() {
+        let bodies = [open(), pay("p1"), pay("p2")];
+        let pending = pending(&bodies);
+        let settled = vec![None, Some(MessageResult::Duplicate), None];
+        let group = Group::plan(
+            &pending,
+            &settled,
+            &Snapshot::default(),
+            MAX_TRANSACTION_ITEMS,
+            usize::MAX,
+        );
+        let members: Vec<_> = group.members.iter().map(|m| m.index).collect();
+        assert_eq!(members, [0, 2]);
+        assert_eq!(group.members[1].expected_version, Some(1));
+    }
+}
