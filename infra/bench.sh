@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks (not part of the test suite; figures in the README come from these commands):
-#   infra/bench.sh [loadgen options]   end-to-end on DynamoDB Local vs the Powertools baseline,
+#   infra/bench.sh [loadgen options]   end-to-end on DynamoDB Local vs the Powertools baseline
+#                                      (standard-queue and FIFO batch orders),
 #                                      cold start and binary sizes, criterion per-event benches
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,8 +15,11 @@ fi
 infra/engines.sh start >/dev/null
 set -a; source .local/engines.env; set +a
 
-echo "== end to end (DynamoDB Local)"
-cargo run --quiet --locked --profile bench-local -p bench --bin loadgen -- "$@"
+cargo build --quiet --locked --profile bench-local -p bench --bin loadgen
+for order in interleaved fifo; do
+  echo "== end to end (DynamoDB Local), $order batches"
+  target/bench-local/loadgen --order "$order" "$@"
+done
 
 echo "== cold start and size (release profile)"
 cargo build --quiet --locked --release -p account-state

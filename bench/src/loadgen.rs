@@ -7,12 +7,21 @@
 //! Each side runs `--repeats` times per batch size, alternating, after one untimed warm-up run
 //! (DynamoDB Local's JIT); the run with the median events/s is printed with the range.
 //!
+//! `--order` says how a queue forms the batches from the backlog; both sides get the same ones:
+//! - `interleaved` (a standard queue): batches cut from the stream as it arrives, accounts mixed.
+//! - `fifo` (the deployed servicing queue, `MessageGroupId = accountId`): SQS FIFO "returns as
+//!   many messages with the same message group ID as possible" (AWS knowledge center,
+//!   sqs-fifo-messages-not-returned), then fills from the next group with the oldest message.
+//!
+//! `--transaction-items` is the handler's `MAX_TRANSACTION_ITEMS` (default 100).
+//!
 //!   infra/bench.sh [--accounts 40] [--events 25] [--duplicates 20] [--repeats 3]
+//!   [--order interleaved|fifo] [--transaction-items 100]
 
 // Timings and ratios, not money: floats are fine here.
 #![allow(clippy::float_arithmetic)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::process::Command;
 use std::time::Instant;
 
@@ -28,6 +37,8 @@ struct Args {
     events: usize,
     duplicate_percent: usize,
     repeats: usize,
+    fifo: bool,
+    transaction_items: usize,
     python: String,
 }
 
@@ -38,6 +49,8 @@ fn args() -> Args {
         events: 25,
         duplicate_percent: 20,
         repeats: 3,
+        fifo: false,
+        transaction_items: servicing_consumer::MAX_TRANSACTION_ITEMS,
         python: ".local/venv-bench/bin/python".into(),
     };
     let raw: Vec<String> = std::env::args().skip(1).collect();
@@ -54,6 +67,14 @@ fn args() -> Args {
             "--duplicates" => a.duplicate_percent = number(),
             "--concurrency" => a.concurrency = number(),
             "--repeats" => a.repeats = number(),
+            "--transaction-items" => a.transaction_items = number(),
+            "--order" => {
+                a.fifo = match value.as_str() {
+                    "fifo" => true,
+                    "interleaved" => false,
+                    other => panic!("--order is fifo or interleaved, not {other}"),
+                }
+            }
             "--python" => a.python = value.clone(),
             other => panic!("unknown option {other}"),
         }
@@ -117,6 +138,48 @@ fn deliveries(a: &Args) -> (Vec<String>, usize) {
     (stream, unique)
 }
 
+/// The stream reordered so that consecutive chunks of `batch` are the batches an SQS FIFO queue
+/// with one message group per account hands out from this backlog: the group of the oldest
+/// message first, as many of its messages as fit (in order), then the next oldest group.
+fn fifo_batches(stream: &[String], batch: usize) -> Vec<String> {
+    let group = |body: &str| {
+        serde_json::from_str::<Value>(body)
+            .ok()
+            .and_then(|v| v["accountId"].as_str().map(str::to_owned))
+    };
+    // Per group, the positions of its messages in arrival order.
+    let mut groups: Vec<(Option<String>, VecDeque<usize>)> = Vec::new();
+    for (position, body) in stream.iter().enumerate() {
+        let id = group(body);
+        match groups.iter_mut().find(|(g, _)| *g == id) {
+            Some((_, queue)) => queue.push_back(position),
+            None => groups.push((id, VecDeque::from([position]))),
+        }
+    }
+    let mut out = Vec::with_capacity(stream.len());
+    while out.len() < stream.len() {
+        let mut room = batch;
+        // The group holding the oldest remaining message, as many of its messages as fit.
+        while let Some((_, queue)) = groups
+            .iter_mut()
+            .filter(|(_, q)| !q.is_empty())
+            .min_by_key(|(_, q)| q.front().copied())
+        {
+            while room > 0 {
+                let Some(position) = queue.pop_front() else {
+                    break;
+                };
+                out.push(stream[position].clone());
+                room -= 1;
+            }
+            if room == 0 {
+                break;
+            }
+        }
+    }
+    out
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -162,15 +225,16 @@ fn median_run(
 }
 
 async fn run_ours(
+    a: &Args,
     stream: &[String],
     unique: usize,
     batch: usize,
-    concurrency: usize,
 ) -> (Figures, BTreeMap<String, Value>) {
     // Like the baseline's tables, no stream: see `create_table` for why on DynamoDB Local.
     let servicing = Servicing::with_stream(Engine::DynamoDbLocal, false).await;
     let mut config = servicing.config();
-    config.account_concurrency = concurrency;
+    config.account_concurrency = a.concurrency;
+    config.max_transaction_items = a.transaction_items;
     let handler = servicing.handler_with(config, servicing_store::FaultPlan::default());
     let mut latencies = Vec::new();
     let mut results = Vec::new();
@@ -235,6 +299,15 @@ async fn run_ours(
                 "fees": loan.fees_outstanding_minor, "credit": loan.credit_balance_minor}));
         }
     }
+    // Dropped so the engine's state (and speed) is the same for every run: DynamoDB Local slows
+    // down as tables accumulate.
+    servicing
+        .client
+        .delete_table()
+        .table_name(&servicing.table)
+        .send()
+        .await
+        .expect("delete the run's table");
     latencies.sort_by(f64::total_cmp);
     (
         Figures {
@@ -336,11 +409,16 @@ async fn main() {
     let a = args();
     let (stream, unique) = deliveries(&a);
     println!(
-        "workload: {} accounts x {} events = {unique} facts, {} deliveries ({} % duplicates), DynamoDB Local, {} accounts in parallel",
+        "workload: {} accounts x {} events = {unique} facts, {} deliveries ({} % duplicates), {} batches, DynamoDB Local, {} accounts in parallel",
         a.accounts,
         a.events,
         stream.len(),
         a.duplicate_percent,
+        if a.fifo {
+            "FIFO-grouped"
+        } else {
+            "interleaved"
+        },
         a.concurrency
     );
     println!(
@@ -360,12 +438,17 @@ async fn main() {
         );
     };
     // Untimed: the first transactions of a fresh DynamoDB Local run before its JIT warms up.
-    run_ours(&stream, unique, 10, a.concurrency).await;
+    run_ours(&a, &stream, unique, 10).await;
     for batch in [10, 100] {
+        let stream = if a.fifo {
+            fifo_batches(&stream, batch)
+        } else {
+            stream.clone()
+        };
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
         for _ in 0..a.repeats.max(1) {
-            ours.push(run_ours(&stream, unique, batch, a.concurrency).await);
+            ours.push(run_ours(&a, &stream, unique, batch).await);
             theirs.extend(run_baseline(&a, &stream, unique, batch));
         }
         let (ours, our_states) = median_run(ours);
