@@ -17,7 +17,8 @@ pub struct Config {
     /// it is quarantined (`DEFERRAL_RECEIVE_BUDGET`, default 5). Keep it below the queue's
     /// `maxReceiveCount`, or the DLQ gets the message first.
     pub deferral_receive_budget: u32,
-    /// Commits tried per event when other writers win (`MAX_COMMIT_ATTEMPTS`, default 5).
+    /// Commits tried per group of events when other writers win (`MAX_COMMIT_ATTEMPTS`,
+    /// default 5). Rounds that only drop refused claims from a group do not count.
     pub max_commit_attempts: u32,
     /// Base of the jittered backoff between those attempts (`CONFLICT_BACKOFF_MS`, default 10).
     pub conflict_backoff: Duration,

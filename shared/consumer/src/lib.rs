@@ -201,6 +201,7 @@ impl AccountStateHandler {
             .zip(results)
             .collect()
     }
+
     /// Settles a non-empty run of an account's next events: plans the longest group that fits
     /// one transaction, commits it, and answers for each of its events. Claims refused in a
     /// cancelled group are settled from that answer (a duplicate costs no extra request); the
