@@ -25,6 +25,7 @@ on_both_engines!(
     when_counting_requests_should_cost_one_transaction_per_account_per_batch,
     when_a_batch_mixes_duplicates_collisions_and_new_facts_should_settle_each_from_one_refusal,
     when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_them_in_order,
+    when_processing_an_account_panics_should_fail_only_that_accounts_messages,
 );
 
 fn lines(stream: &str) -> Vec<String> {
@@ -1119,4 +1120,52 @@ async fn when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_th
     assert_eq!(tally(&results).applied, 4, "{results:?}");
     assert_eq!(requests.get("TransactWriteItems"), 4);
     assert_eq!(principal(&servicing, "acc_cut").await, (98_100, 9));
+}
+
+async fn when_processing_an_account_panics_should_fail_only_that_accounts_messages(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let faults = FaultPlan::default();
+    let mut config = servicing.config();
+    // One account at a time, in batch order: the panic hits the first account's commit.
+    config.account_concurrency = 1;
+    let handler = servicing.handler_with(config, faults.clone());
+    let bodies = vec![
+        open_account("acc_panic_a", 100_000),
+        payment("acc_panic_a", "panic-a-1", 1_000),
+        open_account("acc_panic_b", 100_000),
+        payment("acc_panic_b", "panic-b-1", 1_000),
+    ];
+    let batch = batch_of(&bodies, "p");
+    faults.push(Fault::Panic);
+    let results = deliver(&handler, &batch).await;
+    for (id, result) in &results[..2] {
+        assert!(
+            matches!(result, MessageResult::Retry { reason } if reason.contains("panicked")),
+            "{id}: {result:?}"
+        );
+    }
+    assert!(
+        results[2..]
+            .iter()
+            .all(|(_, r)| *r == MessageResult::Applied),
+        "{results:?}"
+    );
+    assert!(
+        servicing.loan("acc_panic_a").await.is_none(),
+        "nothing half-written"
+    );
+
+    // The same handler goes on: the redelivery applies the failed account once.
+    let results = deliver(&handler, &batch).await;
+    let got: Vec<&MessageResult> = results.iter().map(|(_, r)| r).collect();
+    assert_eq!(
+        got,
+        [
+            &MessageResult::Applied,
+            &MessageResult::Applied,
+            &MessageResult::Duplicate,
+            &MessageResult::Duplicate
+        ]
+    );
+    assert_eq!(principal(&servicing, "acc_panic_a").await, (99_000, 2));
 }

@@ -3,7 +3,7 @@
 //! a re-read, never a wrong write. It is what lets a duplicate cost one request.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use servicing_domain::AccountId;
 use servicing_store::Versioned;
@@ -22,26 +22,29 @@ impl StateCache {
         }
     }
 
+    /// A panic elsewhere cannot leave an entry half-written (inserts are whole), so a poisoned
+    /// lock still guards valid hints.
+    fn entries(&self) -> MutexGuard<'_, HashMap<AccountId, Versioned>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub fn get(&self, account: &AccountId) -> Option<Versioned> {
-        self.entries.lock().ok()?.get(account).cloned()
+        self.entries().get(account).cloned()
     }
 
     pub fn put(&self, state: Versioned) {
         if self.capacity == 0 {
             return;
         }
-        if let Ok(mut entries) = self.entries.lock() {
-            // Bounded memory without bookkeeping: start over when full.
-            if entries.len() >= self.capacity && !entries.contains_key(&state.account.account_id) {
-                entries.clear();
-            }
-            entries.insert(state.account.account_id.clone(), state);
+        let mut entries = self.entries();
+        // Bounded memory without bookkeeping: start over when full.
+        if entries.len() >= self.capacity && !entries.contains_key(&state.account.account_id) {
+            entries.clear();
         }
+        entries.insert(state.account.account_id.clone(), state);
     }
 
     pub fn forget(&self, account: &AccountId) {
-        if let Ok(mut entries) = self.entries.lock() {
-            entries.remove(account);
-        }
+        self.entries().remove(account);
     }
 }

@@ -11,10 +11,11 @@ mod group;
 mod metrics;
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use servicing_domain::{AccountId, DecodeError, Fingerprint, ServicingEvent, SourceRef};
 use servicing_store::{CommitOutcome, QuarantineEntry, ServicingStore, Snapshot, StoreError};
 
@@ -146,7 +147,7 @@ impl AccountStateHandler {
         }
 
         let results: Vec<Vec<(String, MessageResult)>> = futures_util::stream::iter(by_account)
-            .map(|(account, pending)| self.process_account(account, pending))
+            .map(|(account, pending)| self.process_account_isolated(account, pending))
             .buffer_unordered(self.config.account_concurrency)
             .collect()
             .await;
@@ -154,6 +155,34 @@ impl AccountStateHandler {
             report.record(&id, result);
         }
         report
+    }
+
+    /// A panic (a bug) while processing one account fails that account's messages only: SQS
+    /// brings them back (and, past `maxReceiveCount`, to the DLQ) while the other accounts of
+    /// the batch are acknowledged. Without this the runtime would fail the whole invocation,
+    /// and on the FIFO queue every message group of the batch would wait for the poison one.
+    async fn process_account_isolated(
+        &self,
+        account: AccountId,
+        pending: Vec<Pending<'_>>,
+    ) -> Vec<(String, MessageResult)> {
+        let ids: Vec<String> = pending.iter().map(|p| p.message_id.to_owned()).collect();
+        // Unwind safety: a panic leaves nothing half-written (a commit is one transaction) and
+        // the cache is only a hint, dropped for the account below.
+        let run = AssertUnwindSafe(self.process_account(account.clone(), pending));
+        match run.catch_unwind().await {
+            Ok(results) => results,
+            Err(_) => {
+                tracing::error!(alert = "panic", account = %account, "processing panicked; the account's messages will be redelivered");
+                self.cache.forget(&account);
+                ids.into_iter()
+                    .map(|id| {
+                        let reason = "processing this account panicked".to_owned();
+                        (id, MessageResult::Retry { reason })
+                    })
+                    .collect()
+            }
+        }
     }
 
     #[tracing::instrument(skip_all, fields(account = %account, events = pending.len()))]

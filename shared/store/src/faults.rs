@@ -16,6 +16,8 @@ pub enum Fault {
     TransactionConflict,
     /// Sends and commits, then reports a timeout: the caller cannot know it committed.
     LoseResponse,
+    /// Panics before sending, as a bug in the handler would.
+    Panic,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -47,6 +49,7 @@ impl NextFault {
             ))),
             Fault::TransactionConflict => Some(Ok(CommitOutcome::Contended)),
             Fault::LoseResponse => None,
+            Fault::Panic => panic!("injected: a bug in the handler"),
         }
     }
 
