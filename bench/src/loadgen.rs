@@ -13,10 +13,12 @@
 //!   many messages with the same message group ID as possible" (AWS knowledge center,
 //!   sqs-fifo-messages-not-returned), then fills from the next group with the oldest message.
 //!
-//! `--transaction-items` is the handler's `MAX_TRANSACTION_ITEMS` (default 100).
+//! `--transaction-items` is the handler's `MAX_TRANSACTION_ITEMS` (default 100). `--engine
+//! ministack` runs both sides on MiniStack's DynamoDB instead (for comparison only: DynamoDB
+//! Local is the reference engine).
 //!
 //!   infra/bench.sh [--accounts 40] [--events 25] [--duplicates 20] [--repeats 3]
-//!   [--order interleaved|fifo] [--transaction-items 100]
+//!   [--order interleaved|fifo] [--transaction-items 100] [--engine dynamodb-local|ministack]
 
 // Timings and ratios, not money: floats are fine here.
 #![allow(clippy::float_arithmetic)]
@@ -39,6 +41,7 @@ struct Args {
     repeats: usize,
     fifo: bool,
     transaction_items: usize,
+    engine: Engine,
     python: String,
 }
 
@@ -51,6 +54,7 @@ fn args() -> Args {
         repeats: 3,
         fifo: false,
         transaction_items: servicing_consumer::MAX_TRANSACTION_ITEMS,
+        engine: Engine::DynamoDbLocal,
         python: ".local/venv-bench/bin/python".into(),
     };
     let raw: Vec<String> = std::env::args().skip(1).collect();
@@ -68,6 +72,13 @@ fn args() -> Args {
             "--concurrency" => a.concurrency = number(),
             "--repeats" => a.repeats = number(),
             "--transaction-items" => a.transaction_items = number(),
+            "--engine" => {
+                a.engine = match value.as_str() {
+                    "dynamodb-local" => Engine::DynamoDbLocal,
+                    "ministack" => Engine::MiniStack,
+                    other => panic!("--engine is dynamodb-local or ministack, not {other}"),
+                }
+            }
             "--order" => {
                 a.fifo = match value.as_str() {
                     "fifo" => true,
@@ -231,7 +242,7 @@ async fn run_ours(
     batch: usize,
 ) -> (Figures, BTreeMap<String, Value>) {
     // Like the baseline's tables, no stream: see `create_table` for why on DynamoDB Local.
-    let servicing = Servicing::with_stream(Engine::DynamoDbLocal, false).await;
+    let servicing = Servicing::with_stream(a.engine, false).await;
     let mut config = servicing.config();
     config.account_concurrency = a.concurrency;
     config.max_transaction_items = a.transaction_items;
@@ -344,6 +355,8 @@ fn run_baseline(
             &file.to_string_lossy(),
             "--batch",
             &batch.to_string(),
+            "--endpoint",
+            &a.engine.endpoint(),
         ]);
         if let Some(out) = out {
             cmd.args(["--accounts-out", &out.to_string_lossy()]);
@@ -409,7 +422,7 @@ async fn main() {
     let a = args();
     let (stream, unique) = deliveries(&a);
     println!(
-        "workload: {} accounts x {} events = {unique} facts, {} deliveries ({} % duplicates), {} batches, DynamoDB Local, {} accounts in parallel",
+        "workload: {} accounts x {} events = {unique} facts, {} deliveries ({} % duplicates), {} batches, {:?}, {} accounts in parallel",
         a.accounts,
         a.events,
         stream.len(),
@@ -419,6 +432,7 @@ async fn main() {
         } else {
             "interleaved"
         },
+        a.engine,
         a.concurrency
     );
     println!(
