@@ -26,6 +26,7 @@ on_both_engines!(
     when_a_batch_mixes_duplicates_collisions_and_new_facts_should_settle_each_from_one_refusal,
     when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_them_in_order,
     when_processing_an_account_panics_should_fail_only_that_accounts_messages,
+    when_instances_race_with_overlapping_batches_of_one_account_should_apply_each_fact_once,
 );
 
 fn lines(stream: &str) -> Vec<String> {
@@ -1168,4 +1169,79 @@ async fn when_processing_an_account_panics_should_fail_only_that_accounts_messag
         ]
     );
     assert_eq!(principal(&servicing, "acc_panic_a").await, (99_000, 2));
+}
+
+async fn when_instances_race_with_overlapping_batches_of_one_account_should_apply_each_fact_once(
+    engine: Engine,
+) {
+    const ROUNDS: usize = 6;
+    const FACTS: usize = 10;
+    let servicing = Servicing::new(engine).await;
+    let account = "acc_race_groups";
+    opened(&servicing, account, 10_000_000).await;
+    let mut applied: BTreeMap<String, usize> = BTreeMap::new();
+    let mut expected_principal = 10_000_000;
+    for round in 0..ROUNDS {
+        let facts: Vec<(String, String)> = (0..FACTS)
+            .map(|f| {
+                let id = format!("g{round}-{f}");
+                let amount = 100 + (round * FACTS + f) as i64;
+                expected_principal -= amount;
+                (id.clone(), payment(account, &id, amount))
+            })
+            .collect();
+        // Four instances at once, each with an overlapping window of the facts, in order: their
+        // groups refuse each other's claims and move the loan under each other.
+        let handlers: Vec<_> = (0..4).map(|_| servicing.handler()).collect();
+        let mut pending: Vec<(String, String)> = Vec::new();
+        let windows = join_all(handlers.iter().enumerate().map(|(i, handler)| {
+            let batch: Vec<(String, String)> = facts[i * 2..(i * 2 + 6).min(FACTS)]
+                .iter()
+                .map(|(id, body)| (format!("{id}@{i}"), body.clone()))
+                .collect();
+            async move { (batch.clone(), deliver(handler, &batch).await) }
+        }))
+        .await;
+        for (batch, results) in windows {
+            for ((id, body), (_, result)) in batch.into_iter().zip(results) {
+                match result {
+                    MessageResult::Applied => *applied.entry(fact_of(&id)).or_default() += 1,
+                    MessageResult::Duplicate => {}
+                    MessageResult::Retry { .. } => pending.push((id, body)),
+                    other => panic!("round {round}, {id}: {other:?}"),
+                }
+            }
+        }
+        // What failed comes back, as SQS would redeliver it.
+        for attempt in 0.. {
+            if pending.is_empty() {
+                break;
+            }
+            assert!(attempt < 10, "round {round}: still failing: {pending:?}");
+            let results = deliver(&servicing.handler(), &pending).await;
+            let mut again = Vec::new();
+            for ((id, body), (_, result)) in pending.into_iter().zip(results) {
+                match result {
+                    MessageResult::Applied => *applied.entry(fact_of(&id)).or_default() += 1,
+                    MessageResult::Duplicate => {}
+                    MessageResult::Retry { .. } => again.push((id, body)),
+                    other => panic!("round {round}, {id}: {other:?}"),
+                }
+            }
+            pending = again;
+        }
+    }
+    assert_eq!(applied.len(), ROUNDS * FACTS, "{applied:?}");
+    assert!(applied.values().all(|n| *n == 1), "{applied:?}");
+    assert_eq!(
+        principal(&servicing, account).await,
+        (expected_principal, 1 + (ROUNDS * FACTS) as u64),
+        "every fact once, no version skipped or reused"
+    );
+    assert_eq!(servicing.allocations(account).await.len(), ROUNDS * FACTS);
+}
+
+/// The fact of a message id `<fact>@<instance>`.
+fn fact_of(message_id: &str) -> String {
+    message_id.split('@').next().unwrap_or_default().to_owned()
 }
