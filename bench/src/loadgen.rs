@@ -27,8 +27,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::process::Command;
 use std::time::Instant;
 
-use integration_tests::Engine;
 use integration_tests::servicing::{Servicing, sqs_message};
+use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
 use servicing_consumer::MessageResult;
 
@@ -91,17 +91,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-/// xorshift64: reproducible without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % bound.max(1) as u64) as usize
-    }
 }
 
 /// Each account: opened, then fees, interest and payments; interleaved across accounts keeping

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use futures_util::StreamExt;
 use futures_util::future::join_all;
-use integration_tests::Engine;
 use integration_tests::servicing::{Servicing, assert_state_matches, attr_s, fixture, sqs_message};
+use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
 use servicing_consumer::{BatchCounts, MessageResult};
 use servicing_store::{Fault, FaultPlan};
@@ -127,17 +127,6 @@ async fn when_the_basic_sample_is_delivered_should_reach_the_expected_state(engi
     assert_state_matches(&report, &expected_basic("one"), &format!("{engine:?}"));
     let (_, version) = servicing.loan("acc_4002-one").await.expect("loan");
     assert_eq!(version, 9, "one version per applied event");
-}
-
-/// xorshift64: reproducible randomness without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % bound.max(1) as u64) as usize
-    }
 }
 
 async fn when_duplicates_are_injected_at_random_should_reach_the_same_state(engine: Engine) {

@@ -64,3 +64,17 @@ pub mod lambda;
 pub mod routing;
 pub mod servicing;
 pub mod streams;
+
+/// xorshift64: reproducible randomness without a dependency.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number in `0..bound` (0 when `bound` is 0).
+    pub fn below(&mut self, bound: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % bound.max(1) as u64) as usize
+    }
+}
