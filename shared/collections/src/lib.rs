@@ -289,21 +289,12 @@ impl CollectionsHandler {
     }
 
     async fn quarantine(&self, message_id: &str, body: &str, reason: &str) -> MessageResult {
-        let entry = QuarantineEntry {
-            message_id,
-            raw_body: body,
-            code: if reason.starts_with("collision") {
-                "collision"
-            } else {
-                "invalid_event"
-            },
-            reason,
-            source: None,
-            account_id: None,
-            stored_fingerprint: None,
-            received_fingerprint: None,
-            receive_count: None,
+        let code = if reason.starts_with("collision") {
+            "collision"
+        } else {
+            "invalid_event"
         };
+        let entry = QuarantineEntry::new(message_id, body, code, reason);
         match self.store.quarantine(&entry).await {
             Ok(()) => {
                 tracing::warn!(reason, "quarantined");

@@ -76,15 +76,11 @@ impl<'a> Pending<'a> {
     /// What the quarantine keeps of a decoded message: raw body, identity, fingerprint, reason.
     fn quarantine_entry(&'a self, code: &'a str, reason: &'a str) -> QuarantineEntry<'a> {
         QuarantineEntry {
-            message_id: self.message_id,
-            raw_body: self.body,
-            code,
-            reason,
             source: Some(&self.event.source),
             account_id: Some(&self.event.account_id),
-            stored_fingerprint: None,
             received_fingerprint: Some(&self.fingerprint),
             receive_count: Some(self.receive_count),
+            ..QuarantineEntry::new(self.message_id, self.body, code, reason)
         }
     }
 }
@@ -374,15 +370,8 @@ impl AccountStateHandler {
     ) -> MessageResult {
         let reason = error.to_string();
         let entry = QuarantineEntry {
-            message_id,
-            raw_body: body,
-            code: error.code(),
-            reason: &reason,
-            source: None,
-            account_id: None,
-            stored_fingerprint: None,
-            received_fingerprint: None,
             receive_count: Some(receive_count),
+            ..QuarantineEntry::new(message_id, body, error.code(), &reason)
         };
         self.quarantine(&entry).await
     }

@@ -250,17 +250,7 @@ impl OutboxRelay {
 
     async fn quarantine(&self, record: &EventRecord, reason: &str) -> bool {
         let raw = serde_json::to_string(&record.change.new_image).unwrap_or_default();
-        let entry = QuarantineEntry {
-            message_id: &record.event_id,
-            raw_body: &raw,
-            code: "unpublishable",
-            reason,
-            source: None,
-            account_id: None,
-            stored_fingerprint: None,
-            received_fingerprint: None,
-            receive_count: None,
-        };
+        let entry = QuarantineEntry::new(&record.event_id, &raw, "unpublishable", reason);
         match self.store.quarantine(&entry).await {
             Ok(()) => {
                 tracing::error!(reason, "outbox record quarantined");

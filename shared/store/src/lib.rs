@@ -235,6 +235,24 @@ pub struct QuarantineEntry<'a> {
     pub receive_count: Option<u32>,
 }
 
+impl<'a> QuarantineEntry<'a> {
+    /// What every quarantined message has: its id, raw body, code and reason; the rest is added
+    /// with struct update syntax where known.
+    pub fn new(message_id: &'a str, raw_body: &'a str, code: &'a str, reason: &'a str) -> Self {
+        Self {
+            message_id,
+            raw_body,
+            code,
+            reason,
+            source: None,
+            account_id: None,
+            stored_fingerprint: None,
+            received_fingerprint: None,
+            receive_count: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     pub table: String,
