@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks (not part of the test suite; figures in the README come from these commands):
 #   infra/bench.sh [loadgen options]   end-to-end on DynamoDB Local vs the Powertools baseline
-#                                      (standard-queue and FIFO batch orders),
-#                                      cold start and binary sizes, criterion per-event benches
+#                                      (standard-queue and FIFO batch orders), the
+#                                      payments API (apiload), cold start and binary sizes, criterion per-event benches
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -20,6 +20,9 @@ for order in interleaved fifo; do
   echo "== end to end (DynamoDB Local), $order batches"
   target/bench-local/loadgen --order "$order" "$@"
 done
+
+echo "== payments-api (DynamoDB Local)"
+cargo run --quiet --locked --profile bench-local -p bench --bin apiload
 
 echo "== cold start and size (release profile)"
 cargo build --quiet --locked --release -p account-state

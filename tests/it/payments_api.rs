@@ -95,7 +95,9 @@ async fn when_every_documented_status_is_exercised_should_match_the_openapi_docu
     let loan = "/v1/loans/{accountId}";
     let allocations = "/v1/loans/{accountId}/allocations";
 
-    // 202, then the replay (same key, same body, other JSON formatting).
+    // 202, then the replay (same key, same body, other JSON formatting): one round trip each,
+    // the account's existence and currency checked inside the transaction, no read first.
+    servicing.requests.reset();
     let first = api
         .handle(post(
             Some(ALICE),
@@ -120,6 +122,10 @@ async fn when_every_documented_status_is_exercised_should_match_the_openapi_docu
         body_json(&replay),
         accepted,
         "the stored body, byte for byte the same answer"
+    );
+    assert_eq!(
+        servicing.requests.snapshot(),
+        std::collections::BTreeMap::from([("TransactWriteItems".to_owned(), 2)])
     );
 
     // The same key from another caller is another caller's key: its own payment.

@@ -89,25 +89,6 @@ impl PaymentsApi {
         })?;
         let fingerprint = command.fingerprint();
 
-        // The account's currency decides acceptance: a payment the consumer would quarantine is
-        // refused here, with nothing stored.
-        let account = self
-            .store
-            .load(&command.account_id, &[])
-            .await
-            .map_err(store_problem)?
-            .account
-            .ok_or_else(|| unknown_account(&command.account_id))?;
-        if account.account.currency != command.currency {
-            return Err(Problem::validation(vec![FieldError {
-                field: "currency",
-                rule: format!(
-                    "must be the account's currency {}",
-                    account.account.currency
-                ),
-            }]));
-        }
-
         let source = SourceRef {
             system: principal.source_system(),
             event_id: key.source_event_id(),
@@ -173,6 +154,7 @@ impl PaymentsApi {
                     &principal.scope(),
                     key.as_str(),
                     &command.account_id,
+                    &command.currency,
                     &stored,
                     &outbox,
                 )
@@ -197,6 +179,14 @@ impl PaymentsApi {
                     ));
                 }
                 CommandOutcome::AccountMissing => return Err(unknown_account(&command.account_id)),
+                // The account's currency decides acceptance: a payment the consumer would
+                // quarantine is refused here, with nothing stored.
+                CommandOutcome::CurrencyMismatch { account_currency } => {
+                    return Err(Problem::validation(vec![FieldError {
+                        field: "currency",
+                        rule: format!("must be the account's currency {account_currency}"),
+                    }]));
+                }
                 CommandOutcome::InFlight => continue,
             }
         }

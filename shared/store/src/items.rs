@@ -17,6 +17,8 @@ pub const EXPIRES_AT: &str = "expiresAt";
 pub const FINGERPRINT: &str = "fingerprint";
 pub const VERDICT: &str = "verdict";
 pub const REVERSED_BY: &str = "reversedBy";
+/// The loan item's currency (`LoanAccount::currency`).
+pub const CURRENCY: &str = "currency";
 
 pub fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())

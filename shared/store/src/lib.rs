@@ -22,7 +22,8 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use servicing_domain::{
-    AccountId, AllocationWrite, Applied, Fingerprint, LoanAccount, SourceRef, StoredAllocation,
+    AccountId, AllocationWrite, Applied, Currency, Fingerprint, LoanAccount, SourceRef,
+    StoredAllocation,
 };
 
 pub use faults::{Fault, FaultPlan};
@@ -217,6 +218,8 @@ pub enum CommandOutcome {
     Existing(StoredResponse),
     /// The account does not exist (nothing stored).
     AccountMissing,
+    /// The account is kept in another currency (nothing stored).
+    CurrencyMismatch { account_currency: String },
     /// Another request with the same key is being committed right now (`TransactionConflict`).
     InFlight,
 }
@@ -764,13 +767,15 @@ impl ServicingStore {
 
     /// Records an API command: the caller-scoped idempotency record (request fingerprint,
     /// response status and body, expiry) and the outbox entry, in ONE `TransactWriteItems`,
-    /// conditioned on the account existing. A repeated key returns the stored record instead.
+    /// conditioned on the account existing in `currency` — one round trip, no read first. A
+    /// repeated key returns the stored record instead.
     #[tracing::instrument(skip_all)]
     pub async fn record_command(
         &self,
         principal_scope: &str,
         key: &str,
         account_id: &AccountId,
+        currency: &Currency,
         response: &StoredResponse,
         outbox: &OutboxEntry,
     ) -> Result<CommandOutcome, StoreError> {
@@ -800,10 +805,14 @@ impl ServicingStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| StoreError::Rejected(e.to_string()))?;
-        let account_exists = ConditionCheck::builder()
+        let account_in_currency = ConditionCheck::builder()
             .table_name(&self.config.table)
             .set_key(Some(items::key_item(items::loan_key(account_id))))
-            .condition_expression("attribute_exists(pk)")
+            .condition_expression("attribute_exists(pk) AND #currency = :currency")
+            .expression_attribute_names("#currency", items::CURRENCY)
+            .expression_attribute_values(":currency", s(currency.as_str()))
+            // Tells a missing account (no item) from one in another currency.
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| StoreError::Rejected(e.to_string()))?;
         let put_outbox = Put::builder()
@@ -817,7 +826,7 @@ impl ServicingStore {
             .transact_items(TransactWriteItem::builder().put(put_record).build())
             .transact_items(
                 TransactWriteItem::builder()
-                    .condition_check(account_exists)
+                    .condition_check(account_in_currency)
                     .build(),
             )
             .transact_items(TransactWriteItem::builder().put(put_outbox).build())
@@ -851,7 +860,14 @@ impl ServicingStore {
             return Ok(CommandOutcome::Existing(stored));
         }
         if code(1) == "ConditionalCheckFailed" {
-            return Ok(CommandOutcome::AccountMissing);
+            return Ok(match reasons[1].item() {
+                None => CommandOutcome::AccountMissing,
+                Some(account) => CommandOutcome::CurrencyMismatch {
+                    account_currency: items::string(account, items::CURRENCY)
+                        .unwrap_or_default()
+                        .to_owned(),
+                },
+            });
         }
         let codes: Vec<&str> = (0..reasons.len()).map(code).collect();
         if codes.contains(&"TransactionConflict") {
