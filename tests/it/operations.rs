@@ -55,6 +55,7 @@ async fn when_a_source_stream_is_reconciled_should_explain_every_delivery_and_ca
 
     let bodies: Vec<Vec<u8>> = source.iter().map(|l| l.clone().into_bytes()).collect();
     let window = (0, i64::MAX);
+    servicing.requests.reset();
     let report = reconcile::reconcile(
         &servicing.client,
         &servicing.table,
@@ -64,6 +65,11 @@ async fn when_a_source_stream_is_reconciled_should_explain_every_delivery_and_ca
     )
     .await
     .expect("reconcile");
+    // Claims, quarantine and allocations from one pass over the (one-page) table.
+    assert_eq!(
+        servicing.requests.snapshot(),
+        std::collections::BTreeMap::from([("Scan".to_owned(), 1)])
+    );
     let s = report.source.clone().expect("source counts");
     assert_eq!(
         (

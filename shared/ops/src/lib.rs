@@ -2,7 +2,8 @@
 //! reconciliation of what came in against what was applied, quarantine inspection and redrive,
 //! and a replay guard that refuses facts whose deduplication window has passed.
 //!
-//! These read with `Scan`: they are for operators and a daily job, never for a hot path.
+//! These read with `Scan` (one pass per operation): they are for operators and a daily job,
+//! never for a hot path.
 
 pub mod quarantine;
 pub mod reconcile;
@@ -14,34 +15,47 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 pub type Item = HashMap<String, AttributeValue>;
 
-/// Every item of `item_type` (paginated consistent scan).
-pub async fn scan_type(
+/// Every item of the given types, by type, from ONE paginated consistent scan: a filter does
+/// not reduce what a scan reads, so one pass for several types costs one table read, not one
+/// per type.
+pub async fn scan_types(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
-    item_type: &str,
-) -> Result<Vec<Item>, String> {
-    let mut items = Vec::new();
+    item_types: &[&str],
+) -> Result<HashMap<String, Vec<Item>>, String> {
+    let placeholders: Vec<String> = (0..item_types.len()).map(|i| format!(":t{i}")).collect();
+    let mut by_type: HashMap<String, Vec<Item>> = item_types
+        .iter()
+        .map(|t| ((*t).to_owned(), Vec::new()))
+        .collect();
     let mut start = None;
     loop {
-        let page = client
+        let mut scan = client
             .scan()
             .table_name(table)
-            .filter_expression("itemType = :t")
-            .expression_attribute_values(":t", AttributeValue::S(item_type.to_owned()))
+            .filter_expression(format!("itemType IN ({})", placeholders.join(", ")))
             .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| {
-                format!(
-                    "scan of {table} failed: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                )
-            })?;
-        items.extend(page.items.unwrap_or_default());
+            .set_exclusive_start_key(start);
+        for (placeholder, item_type) in placeholders.iter().zip(item_types) {
+            scan = scan.expression_attribute_values(
+                placeholder,
+                AttributeValue::S((*item_type).to_owned()),
+            );
+        }
+        let page = scan.send().await.map_err(|e| {
+            format!(
+                "scan of {table} failed: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+            )
+        })?;
+        for item in page.items.unwrap_or_default() {
+            if let Some(bucket) = text(&item, "itemType").and_then(|t| by_type.get_mut(t)) {
+                bucket.push(item);
+            }
+        }
         start = page.last_evaluated_key;
         if start.is_none() {
-            return Ok(items);
+            return Ok(by_type);
         }
     }
 }

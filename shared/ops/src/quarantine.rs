@@ -4,7 +4,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::SourceRef;
 
-use crate::{Item, account_state_claim, now_epoch_secs, number, scan_type, text};
+use crate::{Item, account_state_claim, now_epoch_secs, number, scan_types, text};
 
 /// One quarantine item, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,8 +52,10 @@ pub async fn list(
     table: &str,
     consumer: Option<&str>,
 ) -> Result<Vec<Quarantined>, String> {
-    let mut all: Vec<Quarantined> = scan_type(client, table, "QUARANTINE")
+    let mut all: Vec<Quarantined> = scan_types(client, table, &["QUARANTINE"])
         .await?
+        .remove("QUARANTINE")
+        .unwrap_or_default()
         .iter()
         .map(Quarantined::from_item)
         .filter(|q| consumer.is_none_or(|c| q.consumer == c))

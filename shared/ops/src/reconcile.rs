@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use servicing_domain::{Fingerprint, ServicingEvent, SourceRef};
 
-use crate::{Item, number, scan_type, text};
+use crate::{Item, number, scan_types, text};
 
 /// What the claims and quarantine items of one consumer say about a window.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -116,17 +116,15 @@ pub async fn reconcile(
     window: (i64, i64),
     source: Option<&[Vec<u8>]>,
 ) -> Result<Reconciliation, String> {
-    let claims: Vec<Item> = scan_type(client, table, "CLAIM")
-        .await?
+    let mut items = scan_types(client, table, &["CLAIM", "QUARANTINE", "ALLOCATION"]).await?;
+    let mut of_type = |t: &str| items.remove(t).unwrap_or_default();
+    let of_consumer = |item: &Item| text(item, "consumer") == Some(consumer);
+    let claims: Vec<Item> = of_type("CLAIM").into_iter().filter(of_consumer).collect();
+    let quarantine: Vec<Item> = of_type("QUARANTINE")
         .into_iter()
-        .filter(|c| text(c, "consumer") == Some(consumer))
+        .filter(of_consumer)
         .collect();
-    let quarantine: Vec<Item> = scan_type(client, table, "QUARANTINE")
-        .await?
-        .into_iter()
-        .filter(|q| text(q, "consumer") == Some(consumer))
-        .collect();
-    let allocations = scan_type(client, table, "ALLOCATION").await?;
+    let allocations = of_type("ALLOCATION");
 
     let mut report = Reconciliation {
         consumer: consumer.to_owned(),
