@@ -27,6 +27,7 @@ on_both_engines!(
     when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_them_in_order,
     when_processing_an_account_panics_should_fail_only_that_accounts_messages,
     when_instances_race_with_overlapping_batches_of_one_account_should_apply_each_fact_once,
+    when_dynamodb_refuses_a_group_request_should_commit_its_events_one_by_one,
 );
 
 fn lines(stream: &str) -> Vec<String> {
@@ -1233,4 +1234,47 @@ async fn when_instances_race_with_overlapping_batches_of_one_account_should_appl
 /// The fact of a message id `<fact>@<instance>`.
 fn fact_of(message_id: &str) -> String {
     message_id.split('@').next().unwrap_or_default().to_owned()
+}
+
+async fn when_dynamodb_refuses_a_group_request_should_commit_its_events_one_by_one(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let faults = FaultPlan::default();
+    let handler = servicing.handler_with(servicing.config(), faults.clone());
+    let requests = &servicing.requests;
+    let bodies = vec![
+        open_account("acc_refused", 100_000),
+        payment("acc_refused", "refused-1", 1_000),
+        payment("acc_refused", "refused-2", 2_000),
+    ];
+    // The group's request is refused as such (as one over 4 MB would be): one event per
+    // transaction from there, so no event is quarantined for the size of the others.
+    faults.push(Fault::Invalid);
+    requests.reset();
+    let results = deliver(&handler, &batch_of(&bodies, "v")).await;
+    assert!(
+        results.iter().all(|(_, r)| *r == MessageResult::Applied),
+        "{results:?}"
+    );
+    assert_eq!(faults.pending(), 0);
+    assert_eq!(
+        requests.get("TransactWriteItems"),
+        3,
+        "one per event after the refusal"
+    );
+    assert_eq!(principal(&servicing, "acc_refused").await, (97_000, 3));
+    assert!(servicing.quarantine().await.is_empty());
+
+    // The same refusal with one event left: that event alone is quarantined, as before.
+    faults.push(Fault::Invalid);
+    let results = deliver(
+        &handler,
+        &[("w0".into(), payment("acc_refused", "refused-3", 500))],
+    )
+    .await;
+    assert_eq!(
+        results[0].1,
+        MessageResult::Quarantined {
+            code: "store_rejected".into()
+        }
+    );
 }

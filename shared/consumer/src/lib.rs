@@ -200,9 +200,17 @@ impl AccountStateHandler {
             _ => None,
         };
         let mut results: Vec<MessageResult> = Vec::with_capacity(pending.len());
+        // Events per transaction; 1 for the rest of the batch once DynamoDB refused a group's
+        // request as such (too large, invalid), so one bad item cannot take the others with it.
+        let mut max_units = usize::MAX;
         while results.len() < pending.len() {
             let settled = self
-                .settle_next_group(&pending[results.len()..], &targets, &mut snapshot)
+                .settle_next_group(
+                    &pending[results.len()..],
+                    &targets,
+                    &mut snapshot,
+                    &mut max_units,
+                )
                 .await;
             let base = results.len();
             let failed = settled
@@ -236,9 +244,9 @@ impl AccountStateHandler {
         pending: &[Pending<'_>],
         targets: &[SourceRef],
         snapshot: &mut Option<Snapshot>,
+        max_units: &mut usize,
     ) -> Vec<MessageResult> {
         let mut settled: Vec<Option<MessageResult>> = vec![None; pending.len()];
-        let mut max_units = usize::MAX;
         let mut attempt = 0;
         loop {
             let snap = match snapshot {
@@ -264,7 +272,7 @@ impl AccountStateHandler {
                 &settled,
                 snap,
                 self.config.max_transaction_items,
-                max_units,
+                *max_units,
             );
             let Some(first) = group.members.first().map(|m| m.index) else {
                 // Everything before `end` is settled; the event at `end` waits for its turn.
@@ -312,9 +320,8 @@ impl AccountStateHandler {
                         tokio::time::sleep(backoff(attempt, self.config.conflict_backoff)).await;
                     }
                 }
-                // One event at a time from here: a request DynamoDB refuses as such (too large,
-                // invalid) must not take the other events of the group with it.
-                Err(StoreError::Rejected(_)) if group.members.len() > 1 => max_units = 1,
+                // Nothing was written: the same events again, one per transaction.
+                Err(StoreError::Rejected(_)) if group.members.len() > 1 => *max_units = 1,
                 Err(e) => {
                     // The commit may or may not have happened (e.g. a lost response).
                     *snapshot = None;

@@ -18,6 +18,9 @@ pub enum Fault {
     LoseResponse,
     /// Panics before sending, as a bug in the handler would.
     Panic,
+    /// Fails before sending, as DynamoDB refusing the request as such would (a
+    /// `ValidationException`, e.g. a transaction over 4 MB).
+    Invalid,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -50,6 +53,9 @@ impl NextFault {
             Fault::TransactionConflict => Some(Ok(CommitOutcome::Contended)),
             Fault::LoseResponse => None,
             Fault::Panic => panic!("injected: a bug in the handler"),
+            Fault::Invalid => Some(Err(StoreError::Rejected(
+                "injected: ValidationException".into(),
+            ))),
         }
     }
 
