@@ -8,7 +8,8 @@
 #   infra/engines.sh stop      stop what `start` started (by PID file, never by process name)
 #   infra/engines.sh env       print the endpoint variables (`eval "$(infra/engines.sh env)"`)
 #
-# Ports: MINISTACK_PORT (default 4566), DYNAMODB_LOCAL_PORT (default 8766).
+# Ports: MINISTACK_PORT (default 4566), DYNAMODB_LOCAL_PORT (default 8766). A running engine keeps
+# its port (recorded beside its PID file): `start` and `env` report the port it listens on.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -72,9 +73,17 @@ ministack_healthy() { curl -fsS "http://127.0.0.1:$MINISTACK_PORT/_localstack/he
 # DynamoDB Local answers any POST; a 400 for a missing target still proves it is serving.
 dynamodb_local_healthy() { curl -sS -o /dev/null -X POST "http://127.0.0.1:$DYNAMODB_LOCAL_PORT/"; }
 
+# A running engine keeps the port it was started on, whatever the caller's variables say now:
+# the endpoints written for it must be the ones it listens on.
+adopt_running_ports() {
+  running "$RUN/ministack.pid" && [[ -f $RUN/ministack.port ]] && MINISTACK_PORT=$(cat "$RUN/ministack.port")
+  running "$RUN/dynamodb-local.pid" && [[ -f $RUN/dynamodb-local.port ]] && DYNAMODB_LOCAL_PORT=$(cat "$RUN/dynamodb-local.port")
+  return 0
+}
+
 start_ministack() {
   local pidfile="$RUN/ministack.pid"
-  if running "$pidfile"; then log "MiniStack already running (pid $(cat "$pidfile"))"; return; fi
+  if running "$pidfile"; then log "MiniStack already running on :$MINISTACK_PORT (pid $(cat "$pidfile"))"; return; fi
   port_free "$MINISTACK_PORT" || { log "port $MINISTACK_PORT is taken by another process; set MINISTACK_PORT"; return 1; }
   mkdir -p "$RUN/ministack/tmp" "$RUN/ministack/state" "$RUN/ministack/s3"
   # AWS_ENDPOINT_URL in MiniStack's environment is what the Lambdas it runs call back to.
@@ -83,18 +92,20 @@ start_ministack() {
     TMPDIR="$RUN/ministack/tmp" STATE_DIR="$RUN/ministack/state" S3_DATA_DIR="$RUN/ministack/s3" \
     nohup "$VENV/bin/python" -m ministack >"$RUN/ministack.log" 2>&1 &
   echo $! >"$pidfile"
+  echo "$MINISTACK_PORT" >"$RUN/ministack.port"
   wait_until "MiniStack" 60 ministack_healthy || { tail -20 "$RUN/ministack.log" >&2; return 1; }
   log "MiniStack ready on :$MINISTACK_PORT (pid $(cat "$pidfile"))"
 }
 
 start_dynamodb_local() {
   local pidfile="$RUN/dynamodb-local.pid"
-  if running "$pidfile"; then log "DynamoDB Local already running (pid $(cat "$pidfile"))"; return; fi
+  if running "$pidfile"; then log "DynamoDB Local already running on :$DYNAMODB_LOCAL_PORT (pid $(cat "$pidfile"))"; return; fi
   port_free "$DYNAMODB_LOCAL_PORT" || { log "port $DYNAMODB_LOCAL_PORT is taken by another process; set DYNAMODB_LOCAL_PORT"; return 1; }
   # Started directly (no wrapping subshell) so that $! is the JVM itself.
   nohup java -Xmx1g -Djava.library.path="$DDB_DIR/DynamoDBLocal_lib" -jar "$DDB_DIR/DynamoDBLocal.jar" \
     -inMemory -sharedDb -disableTelemetry -port "$DYNAMODB_LOCAL_PORT" >"$RUN/dynamodb-local.log" 2>&1 &
   echo $! >"$pidfile"
+  echo "$DYNAMODB_LOCAL_PORT" >"$RUN/dynamodb-local.port"
   wait_until "DynamoDB Local" 60 dynamodb_local_healthy || { tail -20 "$RUN/dynamodb-local.log" >&2; return 1; }
   log "DynamoDB Local ready on :$DYNAMODB_LOCAL_PORT (pid $(cat "$pidfile"))"
 }
@@ -120,7 +131,7 @@ stop_one() {
     kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
     log "stopped $name (pid $pid)"
   fi
-  rm -f "$pidfile"
+  rm -f "$pidfile" "$RUN/$name.port"
 }
 
 case "${1:-}" in
@@ -128,11 +139,12 @@ case "${1:-}" in
   start)
     mkdir -p "$RUN"
     install_ministack; install_dynamodb_local
+    adopt_running_ports
     start_ministack; start_dynamodb_local
     print_env >"$ENV_FILE"
     log "endpoints written to $ENV_FILE"
     cat "$ENV_FILE" ;;
   stop) stop_one ministack; stop_one dynamodb-local ;;
-  env) print_env ;;
+  env) adopt_running_ports; print_env ;;
   *) echo "usage: $0 install|start|stop|env" >&2; exit 2 ;;
 esac
