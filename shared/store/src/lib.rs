@@ -350,7 +350,7 @@ impl ServicingStore {
             .set_keys(Some(keys))
             .consistent_read(true)
             .build()
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+            .map_err(invalid_request)?;
         // BatchGetItem may return part of the keys as unprocessed: ask again for those.
         for _ in 0..5 {
             let got = self
@@ -447,7 +447,7 @@ impl ServicingStore {
             .set_expression_attribute_names(names)
             .set_expression_attribute_values(values)
             .build()
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+            .map_err(invalid_request)?;
         Ok(TransactWriteItem::builder().condition_check(check).build())
     }
 
@@ -473,27 +473,8 @@ impl ServicingStore {
                 Effect::Stale => Verdict::Stale,
                 Effect::Reject(_) => Verdict::Rejected,
             };
-            let claim = Put::builder()
-                .table_name(&self.config.table)
-                .set_item(Some(items::claim_item(
-                    &self.config.consumer,
-                    unit,
-                    verdict,
-                    now,
-                    expires_at,
-                )))
-                // A claim past its stored expiry no longer counts, whether or not TTL deleted it.
-                .condition_expression("attribute_not_exists(pk) OR expiresAt < :now")
-                .expression_attribute_values(":now", n(now))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .build()
-                .map_err(|e| StoreError::Rejected(e.to_string()))?;
-            transaction.push(
-                Role::Claim(i),
-                TransactWriteItem::builder().put(claim).build(),
-            );
+            let claim = items::claim_item(&self.config.consumer, unit, verdict, now, expires_at);
+            transaction.push(Role::Claim(i), self.claim_put(claim, now)?);
 
             match &unit.effect {
                 Effect::Apply(applied) => {
@@ -502,34 +483,18 @@ impl ServicingStore {
                         transaction.push(Role::Condition(i), write);
                     }
                     for event in &applied.outbox {
-                        let put = Put::builder()
-                            .table_name(&self.config.table)
-                            .set_item(Some(items::outbox_item(
-                                &self.config.consumer,
-                                event,
-                                now,
-                                expires_at,
-                            )))
-                            .build()
-                            .map_err(|e| StoreError::Rejected(e.to_string()))?;
-                        transaction
-                            .push(Role::Plain, TransactWriteItem::builder().put(put).build());
+                        let item =
+                            items::outbox_item(&self.config.consumer, event, now, expires_at);
+                        transaction.push(Role::Plain, self.put(item, None)?);
                     }
                 }
                 Effect::Intent(Some(intent)) => {
-                    let put = Put::builder()
-                        .table_name(&self.config.table)
-                        .set_item(Some(items::action_item(intent, now)))
-                        .condition_expression("attribute_not_exists(pk)")
-                        .build()
-                        .map_err(|e| StoreError::Rejected(e.to_string()))?;
-                    transaction.push(
-                        Role::Condition(i),
-                        TransactWriteItem::builder().put(put).build(),
-                    );
+                    let item = items::action_item(intent, now);
+                    transaction.push(Role::Condition(i), self.put(item, Some(CREATE_ONLY))?);
                 }
                 Effect::Reject(entry) => {
-                    transaction.push(Role::Plain, self.quarantine_put(entry, now_millis)?);
+                    let item = self.quarantine_item(entry, now_millis);
+                    transaction.push(Role::Plain, self.put(item, None)?);
                 }
                 Effect::Intent(None) | Effect::Stale => {}
             }
@@ -567,16 +532,9 @@ impl ServicingStore {
         }
         match last_state {
             Some(account) => {
-                let (condition, names, values) = version_condition(first.expected_version);
-                let put = Put::builder()
-                    .table_name(&self.config.table)
-                    .set_item(Some(items::loan_item(account, version.unwrap_or(1))?))
-                    .condition_expression(condition)
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(|e| StoreError::Rejected(e.to_string()))?;
-                Ok(Some(TransactWriteItem::builder().put(put).build()))
+                let item = items::loan_item(account, version.unwrap_or(1))?;
+                let condition = version_condition(first.expected_version);
+                self.put(item, Some(condition)).map(Some)
             }
             None => self
                 .version_check(first.account_id, first.expected_version)
@@ -591,13 +549,7 @@ impl ServicingStore {
     ) -> Result<TransactWriteItem, StoreError> {
         match write {
             AllocationWrite::Record(stored) => {
-                let put = Put::builder()
-                    .table_name(&self.config.table)
-                    .set_item(Some(items::allocation_item(stored)?))
-                    .condition_expression("attribute_not_exists(pk)")
-                    .build()
-                    .map_err(|e| StoreError::Rejected(e.to_string()))?;
-                Ok(TransactWriteItem::builder().put(put).build())
+                self.put(items::allocation_item(stored)?, Some(CREATE_ONLY))
             }
             AllocationWrite::MarkReversed { payment, reversal } => {
                 let update = Update::builder()
@@ -612,22 +564,44 @@ impl ServicingStore {
                     .expression_attribute_names("#reversedBy", items::REVERSED_BY)
                     .expression_attribute_values(":reversal", items::source_ref_value(reversal)?)
                     .build()
-                    .map_err(|e| StoreError::Rejected(e.to_string()))?;
+                    .map_err(invalid_request)?;
                 Ok(TransactWriteItem::builder().update(update).build())
             }
         }
     }
 
-    fn quarantine_put(
+    /// A put of `item` into the table, under `condition` when given.
+    fn put(
         &self,
-        entry: &QuarantineEntry<'_>,
-        now_millis: i64,
+        item: Item,
+        condition: Option<Condition>,
     ) -> Result<TransactWriteItem, StoreError> {
+        let mut put = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(item));
+        if let Some((expression, names, values)) = condition {
+            put = put
+                .condition_expression(expression)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values);
+        }
+        Ok(TransactWriteItem::builder()
+            .put(put.build().map_err(invalid_request)?)
+            .build())
+    }
+
+    /// A put of a claim-like record (a fact's claim, an API idempotency record): only where none
+    /// is live — one past its stored expiry no longer counts, whether or not TTL deleted it yet —
+    /// and the live one returned on refusal (`ALL_OLD`), to tell a repeat from a collision.
+    fn claim_put(&self, item: Item, now: i64) -> Result<TransactWriteItem, StoreError> {
         let put = Put::builder()
             .table_name(&self.config.table)
-            .set_item(Some(self.quarantine_item(entry, now_millis)))
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk) OR expiresAt < :now")
+            .expression_attribute_values(":now", n(now))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+            .map_err(invalid_request)?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
@@ -797,14 +771,6 @@ impl ServicingStore {
         record.insert("responseBody".into(), s(&response.body));
         record.insert("createdAt".into(), n(now));
         record.insert(items::EXPIRES_AT.into(), n(expires_at));
-        let put_record = Put::builder()
-            .table_name(&self.config.table)
-            .set_item(Some(record))
-            .condition_expression("attribute_not_exists(pk) OR expiresAt < :now")
-            .expression_attribute_values(":now", n(now))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
         let account_in_currency = ConditionCheck::builder()
             .table_name(&self.config.table)
             .set_key(Some(items::key_item(items::loan_key(account_id))))
@@ -814,22 +780,18 @@ impl ServicingStore {
             // Tells a missing account (no item) from one in another currency.
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
-        let put_outbox = Put::builder()
-            .table_name(&self.config.table)
-            .set_item(Some(items::raw_outbox_item(outbox, now, expires_at)))
-            .build()
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+            .map_err(invalid_request)?;
+        let outbox_item = items::raw_outbox_item(outbox, now, expires_at);
         let result = self
             .client
             .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(put_record).build())
+            .transact_items(self.claim_put(record, now)?)
             .transact_items(
                 TransactWriteItem::builder()
                     .condition_check(account_in_currency)
                     .build(),
             )
-            .transact_items(TransactWriteItem::builder().put(put_outbox).build())
+            .transact_items(self.put(outbox_item, None)?)
             .send()
             .await;
         let cancelled = match result {
@@ -980,12 +942,22 @@ impl ServicingStore {
 
 type Names = Option<HashMap<String, String>>;
 type Values = Option<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>;
+/// A condition expression with its attribute names and values.
+type Condition = (&'static str, Names, Values);
+
+/// Only where no item is yet (allocations, action intents).
+const CREATE_ONLY: Condition = ("attribute_not_exists(pk)", None, None);
+
+/// A request the SDK could not build: it would never succeed, so it is not retried.
+fn invalid_request(error: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::Rejected(error.to_string())
+}
 
 /// The loan item is still at `expected` (`None`: it does not exist yet) — the condition of
 /// every verdict, whether it writes the loan or only checks it.
-fn version_condition(expected: Option<u64>) -> (&'static str, Names, Values) {
+fn version_condition(expected: Option<u64>) -> Condition {
     match expected {
-        None => ("attribute_not_exists(pk)", None, None),
+        None => CREATE_ONLY,
         Some(version) => (
             "#version = :expected",
             Some(HashMap::from([(
