@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_lambda::types::{EventSourcePosition, Filter, FilterCriteria, FunctionResponseType};
 use integration_tests::lambda::{deploy, pending, queue};
+use integration_tests::routing::route;
 use integration_tests::servicing::{Servicing, assert_state_matches, fixture};
 use integration_tests::{Engine, unique_name};
 use serde_json::{Value, json};
@@ -167,32 +168,9 @@ async fn when_samples_flow_through_the_whole_deployed_pipeline_should_notify_exa
 
     // DelinquencyChanged → collections queue → collections → the receiver.
     let (collections_url, collections_arn) = queue(&sqs, "collections", false).await;
-    let rule = unique_name("delinquency");
-    events
-        .put_rule()
-        .name(&rule)
-        .event_bus_name(&bus)
-        .event_pattern(
-            json!({"source": ["servicing.account-state"], "detail-type": ["DelinquencyChanged"]})
-                .to_string(),
-        )
-        .send()
-        .await
-        .expect("rule");
-    events
-        .put_targets()
-        .rule(&rule)
-        .event_bus_name(&bus)
-        .targets(
-            aws_sdk_eventbridge::types::Target::builder()
-                .id("collections")
-                .arn(&collections_arn)
-                .build()
-                .expect("target"),
-        )
-        .send()
-        .await
-        .expect("target");
+    let delinquency =
+        json!({"source": ["servicing.account-state"], "detail-type": ["DelinquencyChanged"]});
+    route(&events, &bus, &delinquency, &collections_arn).await;
     let collections = deploy(
         &lambda,
         "collections",

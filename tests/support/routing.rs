@@ -1,9 +1,41 @@
-//! An EventBridge bus with one rule routing matching events into a fresh queue.
+//! EventBridge rules routing matching events into queues, and a fresh bus with one such rule.
 
 use serde_json::Value;
 
 use crate::lambda::queue;
 use crate::unique_name;
+
+/// A rule on `bus` sending the events that match `pattern` to `target_arn` (a queue).
+pub async fn route(
+    events: &aws_sdk_eventbridge::Client,
+    bus: &str,
+    pattern: &Value,
+    target_arn: &str,
+) {
+    let rule = unique_name("rule");
+    events
+        .put_rule()
+        .name(&rule)
+        .event_bus_name(bus)
+        .event_pattern(pattern.to_string())
+        .send()
+        .await
+        .expect("rule");
+    events
+        .put_targets()
+        .rule(&rule)
+        .event_bus_name(bus)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("target")
+                .arn(target_arn)
+                .build()
+                .expect("target"),
+        )
+        .send()
+        .await
+        .expect("targets");
+}
 
 /// A fresh bus whose rule (`pattern`) routes matching events into a fresh queue.
 #[derive(Debug)]
@@ -25,29 +57,7 @@ impl RoutedBus {
             .send()
             .await
             .expect("bus");
-        let rule = unique_name("rule");
-        events
-            .put_rule()
-            .name(&rule)
-            .event_bus_name(&bus)
-            .event_pattern(pattern.to_string())
-            .send()
-            .await
-            .expect("rule");
-        events
-            .put_targets()
-            .rule(&rule)
-            .event_bus_name(&bus)
-            .targets(
-                aws_sdk_eventbridge::types::Target::builder()
-                    .id("queue")
-                    .arn(&queue_arn)
-                    .build()
-                    .expect("target"),
-            )
-            .send()
-            .await
-            .expect("targets");
+        route(&events, &bus, &pattern, &queue_arn).await;
         Self {
             bus,
             queue_url,
