@@ -166,11 +166,5 @@ async fn main() {
     )
     .await
     .print();
-    servicing
-        .client
-        .delete_table()
-        .table_name(&servicing.table)
-        .send()
-        .await
-        .expect("delete the run's table");
+    servicing.drop_table().await;
 }

@@ -299,15 +299,7 @@ async fn run_ours(
                 "fees": loan.fees_outstanding_minor, "credit": loan.credit_balance_minor}));
         }
     }
-    // Dropped so the engine's state (and speed) is the same for every run: DynamoDB Local slows
-    // down as tables accumulate.
-    servicing
-        .client
-        .delete_table()
-        .table_name(&servicing.table)
-        .send()
-        .await
-        .expect("delete the run's table");
+    servicing.drop_table().await;
     latencies.sort_by(f64::total_cmp);
     (
         Figures {

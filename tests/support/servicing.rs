@@ -268,6 +268,17 @@ impl Servicing {
             .expect("account exists")
     }
 
+    /// Deletes the table: benchmarks drop theirs so every run finds the engine in the same state
+    /// (DynamoDB Local slows down as tables accumulate).
+    pub async fn drop_table(&self) {
+        self.client
+            .delete_table()
+            .table_name(&self.table)
+            .send()
+            .await
+            .expect("delete the table");
+    }
+
     pub async fn quarantine(&self) -> Vec<std::collections::HashMap<String, AttributeValue>> {
         self.items_of_type("QUARANTINE").await
     }
