@@ -212,31 +212,16 @@ impl Servicing {
             .expect("allocations")
     }
 
-    /// Every item of one type (a scan: fine for a test table).
+    /// Every item of one type (the operators' scan: fine for a test table).
     pub async fn items_of_type(
         &self,
         item_type: &str,
     ) -> Vec<std::collections::HashMap<String, AttributeValue>> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .filter_expression("itemType = :t")
-                .expression_attribute_values(":t", AttributeValue::S(item_type.into()))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .expect("scan");
-            items.extend(page.items().iter().cloned());
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return items;
-            }
-        }
+        servicing_ops::scan_types(&self.client, &self.table, &[item_type])
+            .await
+            .expect("scan")
+            .remove(item_type)
+            .unwrap_or_default()
     }
 
     /// Outbox details (parsed) for one account, in business-time order.
