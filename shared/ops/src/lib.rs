@@ -15,6 +15,18 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 pub type Item = HashMap<String, AttributeValue>;
 
+/// The `map_err` of an AWS call: what failed, followed by the SDK's whole error chain.
+pub(crate) fn failed<E: std::error::Error>(
+    what: impl std::fmt::Display,
+) -> impl FnOnce(E) -> String {
+    move |e| {
+        format!(
+            "{what}: {}",
+            aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+        )
+    }
+}
+
 /// Every item of the given types, by type, from ONE paginated consistent scan: a filter does
 /// not reduce what a scan reads, so one pass for several types costs one table read, not one
 /// per type.
@@ -42,12 +54,10 @@ pub async fn scan_types(
                 AttributeValue::S((*item_type).to_owned()),
             );
         }
-        let page = scan.send().await.map_err(|e| {
-            format!(
-                "scan of {table} failed: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-            )
-        })?;
+        let page = scan
+            .send()
+            .await
+            .map_err(failed(format!("scan of {table} failed")))?;
         for item in page.items.unwrap_or_default() {
             if let Some(bucket) = text(&item, "itemType").and_then(|t| by_type.get_mut(t)) {
                 bucket.push(item);
@@ -78,12 +88,7 @@ pub async fn account_state_claim(
         .send()
         .await
         .map(|got| got.item)
-        .map_err(|e| {
-            format!(
-                "cannot read the claim of {source}: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-            )
-        })
+        .map_err(failed(format!("cannot read the claim of {source}")))
 }
 
 pub fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {

@@ -4,7 +4,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::SourceRef;
 
-use crate::{Item, account_state_claim, now_epoch_secs, number, scan_types, text};
+use crate::{Item, account_state_claim, failed, now_epoch_secs, number, scan_types, text};
 
 /// One quarantine item, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,12 +84,7 @@ pub async fn inspect(
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "cannot read {id}: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-            )
-        })?;
+        .map_err(failed(format!("cannot read {id}")))?;
     got.item
         .filter(|i| text(i, "itemType") == Some("QUARANTINE"))
         .map(|i| Quarantined::from_item(&i))
@@ -151,12 +146,7 @@ pub async fn redrive(
                     .expression_attribute_values(":fp", AttributeValue::S(fingerprint))
                     .send()
                     .await
-                    .map_err(|e| {
-                        format!(
-                            "cannot release the claim: {}",
-                            aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                        )
-                    })?;
+                    .map_err(failed("cannot release the claim"))?;
                 released_claim = true;
             }
             Some(verdict) => {
@@ -183,12 +173,7 @@ pub async fn redrive(
         ))
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "cannot send: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&e)
-            )
-        })?;
+        .map_err(failed("cannot send"))?;
     let (pk, sk) = split_id(id)?;
     client
         .update_item()
@@ -203,12 +188,7 @@ pub async fn redrive(
         .expression_attribute_values(":one", AttributeValue::N("1".into()))
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "sent, but cannot mark the item redriven: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-            )
-        })?;
+        .map_err(failed("sent, but cannot mark the item redriven"))?;
     Ok(Redriven {
         id: id.to_owned(),
         released_claim,

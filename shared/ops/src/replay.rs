@@ -5,7 +5,7 @@
 
 use servicing_domain::ServicingEvent;
 
-use crate::{account_state_claim, now_epoch_secs, number};
+use crate::{account_state_claim, failed, now_epoch_secs, number};
 
 /// Why a replay was refused, per fact.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,12 +78,7 @@ pub async fn send(
                 .map_err(|e| e.to_string())?;
             request = request.entries(entry);
         }
-        let out = request.send().await.map_err(|e| {
-            format!(
-                "cannot send: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&e)
-            )
-        })?;
+        let out = request.send().await.map_err(failed("cannot send"))?;
         if !out.failed().is_empty() {
             return Err(format!(
                 "{} messages were refused: {:?}",
