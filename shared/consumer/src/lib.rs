@@ -162,19 +162,19 @@ impl AccountStateHandler {
         account: AccountId,
         pending: Vec<Pending<'_>>,
     ) -> Vec<(String, MessageResult)> {
-        let ids: Vec<String> = pending.iter().map(|p| p.message_id.to_owned()).collect();
         // Unwind safety: a panic leaves nothing half-written (a commit is one transaction) and
         // the cache is only a hint, dropped for the account below.
-        let run = AssertUnwindSafe(self.process_account(account.clone(), pending));
+        let run = AssertUnwindSafe(self.process_account(&account, &pending));
         match run.catch_unwind().await {
             Ok(results) => results,
             Err(_) => {
                 tracing::error!(alert = "panic", account = %account, "processing panicked; the account's messages will be redelivered");
                 self.cache.forget(&account);
-                ids.into_iter()
-                    .map(|id| {
+                pending
+                    .iter()
+                    .map(|p| {
                         let reason = "processing this account panicked".to_owned();
-                        (id, MessageResult::Retry { reason })
+                        (p.message_id.to_owned(), MessageResult::Retry { reason })
                     })
                     .collect()
             }
@@ -184,15 +184,15 @@ impl AccountStateHandler {
     #[tracing::instrument(skip_all, fields(account = %account, events = pending.len()))]
     async fn process_account(
         &self,
-        account: AccountId,
-        pending: Vec<Pending<'_>>,
+        account: &AccountId,
+        pending: &[Pending<'_>],
     ) -> Vec<(String, MessageResult)> {
-        let targets: Vec<SourceRef> = pending
+        let targets: Vec<&SourceRef> = pending
             .iter()
-            .filter_map(|p| p.event.reversal_target().cloned())
+            .filter_map(|p| p.event.reversal_target())
             .collect();
         // A warm cached state saves the read; reversals always read (their allocations).
-        let mut snapshot = match self.cache.get(&account) {
+        let mut snapshot = match self.cache.get(account) {
             Some(cached) if targets.is_empty() => Some(Snapshot {
                 account: Some(cached),
                 allocations: HashMap::new(),
@@ -226,7 +226,7 @@ impl AccountStateHandler {
         }
         match snapshot.and_then(|s| s.account) {
             Some(state) => self.cache.put(state),
-            None => self.cache.forget(&account),
+            None => self.cache.forget(account),
         }
         pending
             .iter()
@@ -242,7 +242,7 @@ impl AccountStateHandler {
     async fn settle_next_group(
         &self,
         pending: &[Pending<'_>],
-        targets: &[SourceRef],
+        targets: &[&SourceRef],
         snapshot: &mut Option<Snapshot>,
         max_units: &mut usize,
     ) -> Vec<MessageResult> {
@@ -251,21 +251,14 @@ impl AccountStateHandler {
         loop {
             let snap = match snapshot {
                 Some(snap) => snap,
-                None => {
-                    let target_refs: Vec<&SourceRef> = targets.iter().collect();
-                    match self
-                        .store
-                        .load(&pending[0].event.account_id, &target_refs)
-                        .await
-                    {
-                        Ok(loaded) => snapshot.insert(loaded),
-                        Err(e) => {
-                            let first = first_unsettled(&settled);
-                            settled[first] = Some(self.store_failure(&pending[first], e).await);
-                            return settled_run(settled, first + 1);
-                        }
+                None => match self.store.load(&pending[0].event.account_id, targets).await {
+                    Ok(loaded) => snapshot.insert(loaded),
+                    Err(e) => {
+                        let first = first_unsettled(&settled);
+                        settled[first] = Some(self.store_failure(&pending[first], e).await);
+                        return settled_run(settled, first + 1);
                     }
-                }
+                },
             };
             let group = Group::plan(
                 pending,
