@@ -1,11 +1,15 @@
 //! Per-event CPU cost of the account-state path without I/O: decode + validate, fingerprint,
-//! apply, and building the `TransactWriteItems` request.
+//! the recent-facts lookup and update (a full list), apply, and building the
+//! `TransactWriteItems` request.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use servicing_domain::SourceRef;
 use servicing_domain::{Fingerprint, Outcome, ServicingEvent, apply};
-use servicing_store::{Effect, ServicingStore, StoreConfig, UnitOfWork};
+use servicing_store::{
+    Effect, RECENT_FACTS_MAX, RecentFacts, ServicingStore, StoreConfig, UnitOfWork,
+};
 
 const OPEN: &str = r#"{"sourceSystem":"core-banking","sourceEventId":"open-1","eventType":"LOAN_OPENED","accountId":"acc_1","eventTime":"2026-09-01T09:00:00Z","principalMinor":100000,"currency":"EUR"}"#;
 const DUE: &str = r#"{"sourceSystem":"scheduler","sourceEventId":"due-1","eventType":"INSTALLMENT_DUE","accountId":"acc_1","eventTime":"2026-10-01T00:00:00Z","installmentNo":1,"dueDate":"2026-10-01","principalMinor":8000,"interestMinor":1000}"#;
@@ -50,6 +54,15 @@ fn per_event(c: &mut Criterion) {
     });
     let outcome = applied(Some(&with_due), PAYMENT);
     let fingerprint = Fingerprint::of(&payment);
+    const NOW: i64 = 1_796_000_000;
+    // A busy account: the list is full of other payments.
+    let others: Vec<SourceRef> = (0..RECENT_FACTS_MAX)
+        .map(|i| SourceRef {
+            system: "payment-provider".into(),
+            event_id: format!("pmt_{i:05}"),
+        })
+        .collect();
+    let recent = RecentFacts::default().with(others.iter().map(|s| (s, &fingerprint)), NOW);
     c.bench_function(
         "build TransactWriteItems (claim, loan, allocation, outbox)",
         |b| {
@@ -65,19 +78,21 @@ fn per_event(c: &mut Criterion) {
                 store
                     .transaction_items(
                         black_box(std::slice::from_ref(&unit)),
-                        1_796_000_000,
-                        1_796_000_000_000,
+                        &recent,
+                        NOW,
+                        NOW * 1000,
                     )
                     .expect("items")
             })
         },
     );
     c.bench_function(
-        "whole path: decode + fingerprint + apply + build request",
+        "whole path: decode + fingerprint + recent facts + apply + build request",
         |b| {
             b.iter(|| {
                 let event = ServicingEvent::decode(black_box(PAYMENT.as_bytes())).expect("valid");
                 let fingerprint = Fingerprint::of(&event);
+                assert!(!recent.holds(&event.source, &fingerprint, NOW));
                 let Outcome::Applied(outcome) = apply(Some(&with_due), &event, None) else {
                     unreachable!()
                 };
@@ -89,12 +104,9 @@ fn per_event(c: &mut Criterion) {
                     expected_version: Some(2),
                     effect: Effect::Apply(&outcome),
                 };
+                let recent = recent.with([(&event.source, &fingerprint)], NOW);
                 store
-                    .transaction_items(
-                        std::slice::from_ref(&unit),
-                        1_796_000_000,
-                        1_796_000_000_000,
-                    )
+                    .transaction_items(std::slice::from_ref(&unit), &recent, NOW, NOW * 1000)
                     .expect("items")
                     .items
                     .len()

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use servicing_domain::{
     AllocationWrite, Applied, Deferral, LoanAccount, Outcome, SourceRef, apply,
 };
-use servicing_store::{Effect, Snapshot, UnitOfWork, Versioned};
+use servicing_store::{Effect, RecentFacts, Snapshot, UnitOfWork, Versioned};
 
 use crate::{MessageResult, Pending};
 
@@ -151,9 +151,33 @@ impl Group {
             .collect()
     }
 
-    /// After the commit: carries the committed state into `snapshot` and answers per event.
-    pub fn committed(self, snapshot: &mut Snapshot) -> Vec<(usize, MessageResult)> {
+    /// The loan's recent facts once the group's applied facts are added (written with the loan).
+    pub fn recent(&self, pending: &[Pending<'_>], snapshot: &Snapshot, now: i64) -> RecentFacts {
+        let applied = self
+            .members
+            .iter()
+            .filter(|m| matches!(m.judged, Judged::Apply(_)))
+            .map(|m| {
+                (
+                    &pending[m.index].event.source,
+                    &pending[m.index].fingerprint,
+                )
+            });
+        match &snapshot.account {
+            Some(state) => state.recent.with(applied, now),
+            None => RecentFacts::default().with(applied, now),
+        }
+    }
+
+    /// After the commit: carries the committed state (with `recent`, as written) into
+    /// `snapshot` and answers per event.
+    pub fn committed(
+        self,
+        snapshot: &mut Snapshot,
+        recent: RecentFacts,
+    ) -> Vec<(usize, MessageResult)> {
         let mut results = Vec::with_capacity(self.members.len());
+        let mut last_state = None;
         for member in self.members {
             let result = match member.judged {
                 Judged::Apply(applied) => {
@@ -173,10 +197,8 @@ impl Group {
                         }
                         None => {}
                     }
-                    snapshot.account = Some(Versioned {
-                        account,
-                        version: member.expected_version.map_or(1, |v| v + 1),
-                    });
+                    let version = member.expected_version.map_or(1, |v| v + 1);
+                    last_state = Some((account, version));
                     MessageResult::Applied
                 }
                 Judged::Stale => MessageResult::Stale,
@@ -188,6 +210,13 @@ impl Group {
                 }
             };
             results.push((member.index, result));
+        }
+        if let Some((account, version)) = last_state {
+            snapshot.account = Some(Versioned {
+                account,
+                version,
+                recent,
+            });
         }
         results
     }
@@ -272,6 +301,30 @@ mod tests {
         assert!(group.members.is_empty());
         assert_eq!(group.end, 0);
         assert_eq!(group.deferred, Some(Deferral::AccountNotOpened));
+    }
+
+    #[test]
+    fn when_a_group_commits_should_list_its_applied_facts_only_as_recent() {
+        let usd = body("PAYMENT_SETTLED", "usd", r#","amountMinor":100"#).replace("EUR", "USD");
+        let bodies = [open(), usd, pay("p1")];
+        let pending = pending(&bodies);
+        let settled = vec![None; pending.len()];
+        let mut snapshot = Snapshot::default();
+        let group = Group::plan(&pending, &settled, &snapshot, MAX_TRANSACTION_ITEMS, 9);
+        assert!(matches!(group.members[1].judged, Judged::Reject(_)));
+        let recent = group.recent(&pending, &snapshot, 1_000);
+        group.committed(&mut snapshot, recent);
+        let listed = |p: &Pending<'_>| {
+            snapshot
+                .account
+                .as_ref()
+                .is_some_and(|s| s.recent.holds(&p.event.source, &p.fingerprint, 1_000))
+        };
+        // A rejection's claim may be released by an operator to judge it again: never listed.
+        assert_eq!(
+            pending.iter().map(listed).collect::<Vec<_>>(),
+            [true, false, true]
+        );
     }
 
     #[test]

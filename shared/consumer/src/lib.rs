@@ -260,6 +260,8 @@ impl AccountStateHandler {
                     }
                 },
             };
+            let now = servicing_store::epoch_seconds();
+            settle_recent_duplicates(pending, &mut settled, snap, now);
             let group = Group::plan(
                 pending,
                 &settled,
@@ -275,11 +277,12 @@ impl AccountStateHandler {
                 }
                 return settled_run(settled, group.end);
             };
-            let answer = self.store.commit_all(&group.units(pending)).await;
+            let recent = group.recent(pending, snap, now);
+            let answer = self.store.commit_all(&group.units(pending), &recent).await;
             match answer {
                 Ok(outcomes) if outcomes.iter().all(|o| *o == CommitOutcome::Committed) => {
                     let end = group.end;
-                    for (index, result) in group.committed(snap) {
+                    for (index, result) in group.committed(snap, recent) {
                         settled[index] = Some(result);
                     }
                     return settled_run(settled, end);
@@ -415,6 +418,25 @@ impl BatchReport {
     fn record(&mut self, message_id: &str, result: MessageResult) {
         self.counts.count(&result);
         self.results.push((message_id.to_owned(), result));
+    }
+}
+
+/// Duplicates of facts the loan lists as recently applied are settled from the state already
+/// read: no request, and the group of the new facts beside them is not cancelled by their
+/// claims. Anything else goes through its claim.
+fn settle_recent_duplicates(
+    pending: &[Pending<'_>],
+    settled: &mut [Option<MessageResult>],
+    snapshot: &Snapshot,
+    now: i64,
+) {
+    let Some(state) = &snapshot.account else {
+        return;
+    };
+    for (p, slot) in pending.iter().zip(settled) {
+        if slot.is_none() && state.recent.holds(&p.event.source, &p.fingerprint, now) {
+            *slot = Some(MessageResult::Duplicate);
+        }
     }
 }
 

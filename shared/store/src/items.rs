@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::{AccountId, DomainEvent, LoanAccount, SourceRef, StoredAllocation};
 
-use crate::StoreError;
+use crate::{RecentFacts, StoreError, Versioned};
 
 pub type Item = HashMap<String, AttributeValue>;
 
@@ -19,6 +19,8 @@ pub const VERDICT: &str = "verdict";
 pub const REVERSED_BY: &str = "reversedBy";
 /// The loan item's currency (`LoanAccount::currency`).
 pub const CURRENCY: &str = "currency";
+/// The loan item's recently applied facts (`RecentFacts`).
+pub const RECENT_FACTS: &str = "recentFacts";
 
 pub fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
@@ -94,17 +96,29 @@ fn with_key(mut item: Item, key: (String, String), item_type: &str) -> Item {
     item
 }
 
-pub fn loan_item(account: &LoanAccount, version: u64) -> Result<Item, StoreError> {
+pub fn loan_item(
+    account: &LoanAccount,
+    version: u64,
+    recent: &RecentFacts,
+) -> Result<Item, StoreError> {
     let item: Item = serde_dynamo::to_item(account).map_err(encode_error)?;
     let mut item = with_key(item, loan_key(&account.account_id), "LOAN");
     item.insert(VERSION.to_owned(), n(version));
+    if !recent.is_empty() {
+        item.insert(RECENT_FACTS.to_owned(), recent.encode());
+    }
     Ok(item)
 }
 
-pub fn loan_from_item(item: Item) -> Result<(LoanAccount, u64), StoreError> {
+pub fn loan_from_item(item: Item) -> Result<Versioned, StoreError> {
     let version = number(&item, VERSION)?;
+    let recent = RecentFacts::decode(item.get(RECENT_FACTS))?;
     let account = serde_dynamo::from_item(item).map_err(decode_error)?;
-    Ok((account, version))
+    Ok(Versioned {
+        account,
+        version,
+        recent,
+    })
 }
 
 pub fn allocation_item(allocation: &StoredAllocation) -> Result<Item, StoreError> {

@@ -10,6 +10,7 @@
 
 mod faults;
 pub mod items;
+mod recent;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,6 +29,7 @@ use servicing_domain::{
 
 pub use faults::{Fault, FaultPlan};
 use items::{Item, Verdict, n, s};
+pub use recent::{RECENT_FACTS_MAX, RECENT_FACTS_WINDOW, RecentFacts};
 
 /// Default retention of idempotency claims: longer than any replay an operator may run.
 pub const DEFAULT_CLAIM_RETENTION: Duration = Duration::from_secs(35 * 24 * 3600);
@@ -52,11 +54,13 @@ impl StoreError {
     }
 }
 
-/// A loan account with the version its item carries (optimistic concurrency).
+/// A loan account with the version its item carries (optimistic concurrency) and the facts
+/// recently applied to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versioned {
     pub account: LoanAccount,
     pub version: u64,
+    pub recent: RecentFacts,
 }
 
 /// What one consistent read of an account returns.
@@ -282,6 +286,11 @@ pub struct ServicingStore {
     faults: FaultPlan,
 }
 
+/// Now, in epoch seconds (claims' `claimedAt`, recent facts' `appliedAt`).
+pub fn epoch_seconds() -> i64 {
+    now_epoch().0
+}
+
 fn now_epoch() -> (i64, i64) {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -331,7 +340,7 @@ impl ServicingStore {
                 .send()
                 .await
                 .map_err(classify)?;
-            let account = got.item.map(Self::versioned).transpose()?;
+            let account = got.item.map(items::loan_from_item).transpose()?;
             return Ok(Snapshot {
                 account,
                 allocations: HashMap::new(),
@@ -366,7 +375,7 @@ impl ServicingStore {
                 .unwrap_or_default()
             {
                 if items::string(&item, items::ITEM_TYPE) == Some("LOAN") {
-                    snapshot.account = Some(Self::versioned(item)?);
+                    snapshot.account = Some(items::loan_from_item(item)?);
                 } else {
                     let allocation = items::allocation_from_item(item)?;
                     snapshot
@@ -387,34 +396,34 @@ impl ServicingStore {
         ))
     }
 
-    fn versioned(item: Item) -> Result<Versioned, StoreError> {
-        let (account, version) = items::loan_from_item(item)?;
-        Ok(Versioned { account, version })
-    }
-
-    /// Commits one unit of work as ONE `TransactWriteItems`.
+    /// Commits one unit of work that leaves the loan alone (a downstream consumer's claim) as
+    /// ONE `TransactWriteItems`.
     pub async fn commit(&self, unit: &UnitOfWork<'_>) -> Result<CommitOutcome, StoreError> {
-        let mut outcomes = self.commit_all(std::slice::from_ref(unit)).await?;
+        let no_loan_write = RecentFacts::default();
+        let units = std::slice::from_ref(unit);
+        let mut outcomes = self.commit_all(units, &no_loan_write).await?;
         outcomes
             .pop()
             .ok_or_else(|| StoreError::Rejected("a commit without its outcome".into()))
     }
 
     /// Commits the units of ONE account (in order, each judged on the state its predecessors
-    /// leave) as ONE `TransactWriteItems`; the loan is written once with the last state and
-    /// the version advanced by the number of applied units. One outcome per unit, in order:
-    /// all `Committed`, or none committed.
+    /// leave) as ONE `TransactWriteItems`; the loan is written once with the last state, the
+    /// version advanced by the number of applied units and `recent` (the loan's recent facts
+    /// with the applied units added). One outcome per unit, in order: all `Committed`, or none
+    /// committed.
     #[tracing::instrument(skip_all, fields(units = units.len()))]
     pub async fn commit_all(
         &self,
         units: &[UnitOfWork<'_>],
+        recent: &RecentFacts,
     ) -> Result<Vec<CommitOutcome>, StoreError> {
         let fault = self.faults.next();
         if let Some(injected) = fault.before_commit() {
             return injected.map(|outcome| vec![outcome; units.len()]);
         }
         let (now, now_millis) = now_epoch();
-        let transaction = self.transaction_items(units, now, now_millis)?;
+        let transaction = self.transaction_items(units, recent, now, now_millis)?;
         let result = self
             .client
             .transact_write_items()
@@ -456,6 +465,7 @@ impl ServicingStore {
     pub fn transaction_items(
         &self,
         units: &[UnitOfWork<'_>],
+        recent: &RecentFacts,
         now: i64,
         now_millis: i64,
     ) -> Result<Transaction, StoreError> {
@@ -463,7 +473,7 @@ impl ServicingStore {
             items: Vec::with_capacity(units.len() * 4 + 1),
             roles: Vec::with_capacity(units.len() * 4 + 1),
         };
-        if let Some(loan) = self.loan_item_of(units)? {
+        if let Some(loan) = self.loan_item_of(units, recent)? {
             transaction.push(Role::Loan, loan);
         }
         let expires_at = now + self.config.claim_retention.as_secs() as i64;
@@ -509,6 +519,7 @@ impl ServicingStore {
     fn loan_item_of(
         &self,
         units: &[UnitOfWork<'_>],
+        recent: &RecentFacts,
     ) -> Result<Option<TransactWriteItem>, StoreError> {
         let mut involved = units
             .iter()
@@ -532,7 +543,7 @@ impl ServicingStore {
         }
         match last_state {
             Some(account) => {
-                let item = items::loan_item(account, version.unwrap_or(1))?;
+                let item = items::loan_item(account, version.unwrap_or(1), recent)?;
                 let condition = version_condition(first.expected_version);
                 self.put(item, Some(condition)).map(Some)
             }
