@@ -18,7 +18,8 @@
 //! Local is the reference engine).
 //!
 //!   infra/bench.sh [--accounts 40] [--events 25] [--duplicates 20] [--repeats 3]
-//!   [--order interleaved|fifo] [--transaction-items 100] [--engine dynamodb-local|ministack]
+//!   [--order interleaved|fifo] [--transaction-items 100] [--concurrency 100]
+//!   [--engine dynamodb-local|ministack]
 
 // Timings and ratios, not money: floats are fine here.
 #![allow(clippy::float_arithmetic)]
@@ -47,7 +48,7 @@ struct Args {
 
 fn args() -> Args {
     let mut a = Args {
-        concurrency: 8,
+        concurrency: servicing_consumer::Config::for_table("").account_concurrency,
         accounts: 40,
         events: 25,
         duplicate_percent: 20,

@@ -22,12 +22,14 @@ on_both_engines!(
     when_the_response_is_lost_after_the_commit_should_count_the_redelivery_as_duplicate,
     when_dynamodb_reports_a_transaction_conflict_should_retry_in_place,
     when_an_event_fails_should_fail_the_later_events_of_its_account_only,
-    when_counting_requests_should_cost_one_transaction_per_account_per_batch,
+    when_counting_requests_should_cost_one_read_per_account_and_one_transaction_per_batch,
     when_a_batch_mixes_duplicates_collisions_and_new_facts_should_settle_each_from_one_refusal,
     when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_them_in_order,
     when_processing_an_account_panics_should_fail_only_that_accounts_messages,
     when_instances_race_with_overlapping_batches_of_one_account_should_apply_each_fact_once,
     when_dynamodb_refuses_a_group_request_should_commit_its_events_one_by_one,
+    when_accounts_share_a_transaction_should_each_keep_its_own_outcome,
+    when_one_fact_arrives_for_two_accounts_should_not_share_a_transaction,
 );
 
 fn lines(stream: &str) -> Vec<String> {
@@ -937,7 +939,9 @@ async fn principal(servicing: &Servicing, account: &str) -> (i64, u64) {
     (loan.principal_outstanding_minor, version)
 }
 
-async fn when_counting_requests_should_cost_one_transaction_per_account_per_batch(engine: Engine) {
+async fn when_counting_requests_should_cost_one_read_per_account_and_one_transaction_per_batch(
+    engine: Engine,
+) {
     let servicing = Servicing::new(engine).await;
     let handler = servicing.handler();
     let requests = &servicing.requests;
@@ -963,9 +967,9 @@ async fn when_counting_requests_should_cost_one_transaction_per_account_per_batc
         requests.snapshot(),
         BTreeMap::from([
             ("GetItem".to_owned(), 2),
-            ("TransactWriteItems".to_owned(), 2)
+            ("TransactWriteItems".to_owned(), 1)
         ]),
-        "one read and one transaction per account per batch"
+        "one read per account; the accounts' groups share one transaction"
     );
     for account in ["acc_cost_0", "acc_cost_1"] {
         // Five facts, one loan write: the version still counts the applied facts.
@@ -1283,4 +1287,83 @@ async fn when_dynamodb_refuses_a_group_request_should_commit_its_events_one_by_o
             code: "store_rejected".into()
         }
     );
+}
+
+async fn when_accounts_share_a_transaction_should_each_keep_its_own_outcome(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let first = servicing.handler();
+    let requests = &servicing.requests;
+    let seed = vec![
+        open_account("acc_share_a", 100_000),
+        open_account("acc_share_b", 100_000),
+        payment("acc_share_b", "share-b-1", 1_000),
+        open_account("acc_share_c", 100_000),
+    ];
+    deliver(&first, &batch_of(&seed, "s")).await;
+    // Another instance moves acc_share_c on: the first instance's cached state is stale.
+    let other = servicing.handler();
+    let moved = [payment("acc_share_c", "share-c-0", 100)];
+    deliver(&other, &batch_of(&moved, "o")).await;
+
+    // A new fact, a collision (known identity, other amount) and a fact on the stale state:
+    // one shared transaction is cancelled; each account reads only its own reasons.
+    let batch = vec![
+        payment("acc_share_a", "share-a-1", 100),
+        payment("acc_share_b", "share-b-1", 9_999),
+        payment("acc_share_c", "share-c-1", 100),
+    ];
+    requests.reset();
+    let mut results = deliver(&first, &batch_of(&batch, "x")).await;
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    let got: Vec<&MessageResult> = results.iter().map(|(_, r)| r).collect();
+    assert_eq!(
+        got,
+        [
+            &MessageResult::Applied,
+            &MessageResult::Collision,
+            &MessageResult::Applied
+        ]
+    );
+    // Cancelled together; then a (withdrawn: no re-read) and c (re-read) share the next one.
+    assert_eq!(
+        requests.snapshot(),
+        BTreeMap::from([
+            ("GetItem".to_owned(), 1),
+            ("PutItem".to_owned(), 1),
+            ("TransactWriteItems".to_owned(), 2)
+        ])
+    );
+    assert_eq!(principal(&servicing, "acc_share_a").await, (99_900, 2));
+    assert_eq!(principal(&servicing, "acc_share_b").await, (99_000, 2));
+    assert_eq!(principal(&servicing, "acc_share_c").await, (99_800, 3));
+}
+
+async fn when_one_fact_arrives_for_two_accounts_should_not_share_a_transaction(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let requests = &servicing.requests;
+    let seed = vec![
+        open_account("acc_twin_a", 100_000),
+        open_account("acc_twin_b", 100_000),
+    ];
+    deliver(&handler, &batch_of(&seed, "s")).await;
+
+    // One identity, two accounts: both claims are one item, which one transaction cannot
+    // write twice (DynamoDB would refuse the whole request). The first account's commit goes
+    // alone; the second is then refused by the claim as a collision.
+    let batch = vec![
+        payment("acc_twin_a", "twin-1", 100),
+        payment("acc_twin_b", "twin-1", 100),
+    ];
+    requests.reset();
+    let results = deliver(&handler, &batch_of(&batch, "x")).await;
+    let counts = tally(&results);
+    assert_eq!((counts.applied, counts.collision), (1, 1), "{results:?}");
+    assert_eq!(requests.get("TransactWriteItems"), 2);
+    let mut principals = vec![
+        principal(&servicing, "acc_twin_a").await,
+        principal(&servicing, "acc_twin_b").await,
+    ];
+    principals.sort();
+    assert_eq!(principals, [(99_900, 2), (100_000, 1)]);
 }

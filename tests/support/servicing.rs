@@ -156,15 +156,8 @@ impl Servicing {
     }
 
     pub fn handler_with(&self, config: Config, faults: FaultPlan) -> AccountStateHandler {
-        let store = ServicingStore::new(
-            self.client.clone(),
-            StoreConfig {
-                table: self.table.clone(),
-                consumer: "account-state".into(),
-                claim_retention: config.claim_retention,
-            },
-        )
-        .with_faults(faults);
+        let store = ServicingStore::new(self.client.clone(), config.store_config("account-state"))
+            .with_faults(faults);
         AccountStateHandler::new(store, config)
     }
 

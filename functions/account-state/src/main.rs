@@ -7,7 +7,7 @@
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use servicing_consumer::{AccountStateHandler, Config};
-use servicing_store::{ServicingStore, StoreConfig};
+use servicing_store::ServicingStore;
 
 const CONSUMER: &str = "account-state";
 
@@ -20,11 +20,7 @@ async fn main() -> Result<(), Error> {
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
-        StoreConfig {
-            table: config.table.clone(),
-            consumer: CONSUMER.to_owned(),
-            claim_retention: config.claim_retention,
-        },
+        config.store_config(CONSUMER),
     );
     let handler = AccountStateHandler::new(store, config);
     let handler = &handler;

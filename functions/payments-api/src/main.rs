@@ -31,9 +31,8 @@ async fn main() -> Result<(), Error> {
     let store = ServicingStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
         StoreConfig {
-            table,
-            consumer: "payments-api".to_owned(),
             claim_retention: retention()?,
+            ..StoreConfig::new(table, "payments-api")
         },
     );
     let api = PaymentsApi::new(store);

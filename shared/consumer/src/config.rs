@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use servicing_store::DEFAULT_CLAIM_RETENTION;
-
-use crate::group::MAX_TRANSACTION_ITEMS;
+use servicing_store::{DEFAULT_CLAIM_RETENTION, MAX_TRANSACTION_ITEMS, StoreConfig};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -22,12 +20,15 @@ pub struct Config {
     pub max_commit_attempts: u32,
     /// Base of the jittered backoff between those attempts (`CONFLICT_BACKOFF_MS`, default 10).
     pub conflict_backoff: Duration,
-    /// Accounts processed in parallel within a batch (`ACCOUNT_CONCURRENCY`, default 8).
+    /// Accounts processed side by side within a batch (`ACCOUNT_CONCURRENCY`, default 100: all
+    /// of a batch). Their commits share transactions, so this bounds the reads of a cold
+    /// instance more than the writes.
     pub account_concurrency: usize,
     /// Account states kept warm between invocations (`STATE_CACHE_CAPACITY`, default 10000).
     pub state_cache_capacity: usize,
-    /// Items in one transaction, where an account's events in a batch are committed together
-    /// (`MAX_TRANSACTION_ITEMS`, 1..=100, default 100). 1 commits every event on its own.
+    /// Items in one transaction, where a batch's events are committed together (an account's
+    /// events, and the accounts' commits side by side) (`MAX_TRANSACTION_ITEMS`, 1..=100,
+    /// default 100). 1 commits every event on its own.
     pub max_transaction_items: usize,
 }
 
@@ -51,9 +52,18 @@ impl Config {
             deferral_receive_budget: 5,
             max_commit_attempts: 5,
             conflict_backoff: Duration::from_millis(10),
-            account_concurrency: 8,
+            account_concurrency: 100,
             state_cache_capacity: 10_000,
             max_transaction_items: MAX_TRANSACTION_ITEMS,
+        }
+    }
+
+    /// The store settings of `consumer` that follow from this configuration.
+    pub fn store_config(&self, consumer: &str) -> StoreConfig {
+        StoreConfig {
+            claim_retention: self.claim_retention,
+            max_transaction_items: self.max_transaction_items,
+            ..StoreConfig::new(&self.table, consumer)
         }
     }
 
@@ -84,7 +94,7 @@ impl Config {
         config.deferral_receive_budget = number("DEFERRAL_RECEIVE_BUDGET", 5, 1)? as u32;
         config.max_commit_attempts = number("MAX_COMMIT_ATTEMPTS", 5, 1)? as u32;
         config.conflict_backoff = Duration::from_millis(number("CONFLICT_BACKOFF_MS", 10, 0)?);
-        config.account_concurrency = number("ACCOUNT_CONCURRENCY", 8, 1)? as usize;
+        config.account_concurrency = number("ACCOUNT_CONCURRENCY", 100, 1)? as usize;
         config.state_cache_capacity = number("STATE_CACHE_CAPACITY", 10_000, 0)? as usize;
         config.max_transaction_items =
             number("MAX_TRANSACTION_ITEMS", MAX_TRANSACTION_ITEMS as u64, 1)? as usize;

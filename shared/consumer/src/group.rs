@@ -15,9 +15,6 @@ use servicing_store::{Effect, RecentFacts, Snapshot, UnitOfWork, Versioned};
 
 use crate::{MessageResult, Pending};
 
-/// DynamoDB's limit of items per `TransactWriteItems` (both local engines enforce it too).
-pub const MAX_TRANSACTION_ITEMS: usize = 100;
-
 /// A verdict that commits (deferrals never do).
 #[derive(Debug)]
 pub(crate) enum Judged {
@@ -225,6 +222,7 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use servicing_domain::{Fingerprint, ServicingEvent};
+    use servicing_store::MAX_TRANSACTION_ITEMS;
 
     use super::*;
 

@@ -22,8 +22,8 @@ use servicing_store::{CommitOutcome, QuarantineEntry, ServicingStore, Snapshot, 
 pub use cache::StateCache;
 pub use config::{Config, ConfigError};
 use group::Group;
-pub use group::MAX_TRANSACTION_ITEMS;
 pub use metrics::BatchCounts;
+pub use servicing_store::MAX_TRANSACTION_ITEMS;
 
 /// What became of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,8 +142,14 @@ impl AccountStateHandler {
             }
         }
 
+        // Each account registers as a participant of group commit when it is taken up (all the
+        // accounts that will run side by side, before any of them runs): their commits then
+        // leave together, one transaction for several accounts.
         let results: Vec<Vec<(String, MessageResult)>> = futures_util::stream::iter(by_account)
-            .map(|(account, pending)| self.process_account_isolated(account, pending))
+            .map(|(account, pending)| {
+                let participant = self.store.participant();
+                self.process_account_isolated(account, pending, participant)
+            })
             .buffer_unordered(self.config.account_concurrency)
             .collect()
             .await;
@@ -161,6 +167,7 @@ impl AccountStateHandler {
         &self,
         account: AccountId,
         pending: Vec<Pending<'_>>,
+        _participant: servicing_store::Participant,
     ) -> Vec<(String, MessageResult)> {
         // Unwind safety: a panic leaves nothing half-written (a commit is one transaction) and
         // the cache is only a hint, dropped for the account below.

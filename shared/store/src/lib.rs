@@ -8,11 +8,13 @@
 //! a refused claim's old item (returned with `ALL_OLD`) tells a duplicate from a collision
 //! without a read.
 
+mod combine;
 mod faults;
 pub mod items;
 mod recent;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::Client;
@@ -27,6 +29,7 @@ use servicing_domain::{
     StoredAllocation,
 };
 
+pub use combine::{MAX_TRANSACTION_ITEMS, Participant};
 pub use faults::{Fault, FaultPlan};
 use items::{Item, Verdict, n, s};
 pub use recent::{RECENT_FACTS_MAX, RECENT_FACTS_WINDOW, RecentFacts};
@@ -34,7 +37,7 @@ pub use recent::{RECENT_FACTS_MAX, RECENT_FACTS_WINDOW, RecentFacts};
 /// Default retention of idempotency claims: longer than any replay an operator may run.
 pub const DEFAULT_CLAIM_RETENTION: Duration = Duration::from_secs(35 * 24 * 3600);
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Throttling, timeouts, 5xx, connection trouble: retry the message later.
     #[error("transient DynamoDB failure: {0}")]
@@ -169,8 +172,9 @@ pub enum CommitOutcome {
     /// (`TransactionConflict`): retry.
     Contended,
     /// Nothing of this unit was written because another unit of the same transaction was
-    /// refused (its claim existed): judge it again without that one. The loan was where it was
-    /// expected, so the state read before still holds.
+    /// refused (its claim existed), or another account's commit sharing the transaction failed:
+    /// commit it again (without the refused ones). The loan was where it was expected, so the
+    /// state read before still holds.
     Withdrawn,
 }
 
@@ -266,6 +270,8 @@ pub struct StoreConfig {
     /// The consumer name scoping claims (e.g. `account-state`).
     pub consumer: String,
     pub claim_retention: Duration,
+    /// Items per `TransactWriteItems` at most, when commits share one (1..=100).
+    pub max_transaction_items: usize,
 }
 
 impl StoreConfig {
@@ -275,6 +281,7 @@ impl StoreConfig {
             table: table.into(),
             consumer: consumer.into(),
             claim_retention: DEFAULT_CLAIM_RETENTION,
+            max_transaction_items: MAX_TRANSACTION_ITEMS,
         }
     }
 }
@@ -284,6 +291,7 @@ pub struct ServicingStore {
     client: Client,
     config: StoreConfig,
     faults: FaultPlan,
+    combiner: Arc<combine::Combiner>,
 }
 
 /// Now, in epoch seconds (claims' `claimedAt`, recent facts' `appliedAt`).
@@ -300,10 +308,12 @@ fn now_epoch() -> (i64, i64) {
 
 impl ServicingStore {
     pub fn new(client: Client, config: StoreConfig) -> Self {
+        let combiner = combine::Combiner::new(client.clone(), config.max_transaction_items);
         Self {
             client,
             config,
             faults: FaultPlan::default(),
+            combiner: Arc::new(combiner),
         }
     }
 
@@ -312,6 +322,12 @@ impl ServicingStore {
     pub fn with_faults(mut self, faults: FaultPlan) -> Self {
         self.faults = faults;
         self
+    }
+
+    /// Registers a participant of group commit (one per account being processed): while it
+    /// runs, commits wait until it has submitted its own too, then leave together.
+    pub fn participant(&self) -> Participant {
+        self.combiner.participant()
     }
 
     pub fn consumer(&self) -> &str {
@@ -408,10 +424,10 @@ impl ServicingStore {
     }
 
     /// Commits the units of ONE account (in order, each judged on the state its predecessors
-    /// leave) as ONE `TransactWriteItems`; the loan is written once with the last state, the
-    /// version advanced by the number of applied units and `recent` (the loan's recent facts
-    /// with the applied units added). One outcome per unit, in order: all `Committed`, or none
-    /// committed.
+    /// leave) in ONE `TransactWriteItems` (which concurrent commits of other accounts may share);
+    /// the loan is written once with the last state, the version advanced by the number of
+    /// applied units and `recent` (the loan's recent facts with the applied units added). One
+    /// outcome per unit, in order: all `Committed`, or none committed.
     #[tracing::instrument(skip_all, fields(units = units.len()))]
     pub async fn commit_all(
         &self,
@@ -424,20 +440,12 @@ impl ServicingStore {
         }
         let (now, now_millis) = now_epoch();
         let transaction = self.transaction_items(units, recent, now, now_millis)?;
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(transaction.items))
-            .send()
-            .await;
-        let outcomes = match result {
-            Ok(_) => vec![CommitOutcome::Committed; units.len()],
-            Err(e) => match e.into_service_error() {
-                TransactWriteItemsError::TransactionCanceledException(cancelled) => {
-                    map_cancellation(cancelled.cancellation_reasons(), &transaction.roles, units)?
-                }
-                other => return Err(classify_service(other)),
-            },
+        let outcomes = match self.combiner.send(transaction.items).await? {
+            combine::Answer::Committed => vec![CommitOutcome::Committed; units.len()],
+            combine::Answer::Withdrawn => vec![CommitOutcome::Withdrawn; units.len()],
+            combine::Answer::Cancelled(reasons) => {
+                map_cancellation(&reasons, &transaction.roles, units)?
+            }
         };
         fault.after_commit(outcomes)
     }
