@@ -17,7 +17,7 @@
 //! ministack` runs both sides on MiniStack's DynamoDB instead (for comparison only: DynamoDB
 //! Local is the reference engine).
 //!
-//!   infra/bench.sh [--accounts 40] [--events 25] [--duplicates 20] [--repeats 3]
+//!   infra/bench.sh [--accounts 40] [--events 25] [--duplicates 20] [--repeats 5]
 //!   [--order interleaved|fifo] [--transaction-items 100] [--concurrency 100]
 //!   [--engine dynamodb-local|ministack]
 
@@ -52,7 +52,7 @@ fn args() -> Args {
         accounts: 40,
         events: 25,
         duplicate_percent: 20,
-        repeats: 3,
+        repeats: 5,
         fifo: false,
         transaction_items: servicing_consumer::MAX_TRANSACTION_ITEMS,
         engine: Engine::DynamoDbLocal,

@@ -8,8 +8,10 @@
 //! pushed out, another payload under its identity, or a stale cached state — goes through its
 //! claim as before, so correctness never depends on the list.
 //!
-//! Stored as a list of strings, oldest first: `<appliedAt> <fingerprint prefix> <system>#<id>`
-//! (the system cannot contain a space or `#`; the id may, so it comes last).
+//! Stored as one string, one line per fact, oldest first:
+//! `<appliedAt> <fingerprint prefix> <system>#<id>` (the system cannot contain a space or `#`;
+//! the id may, so it comes last; neither can contain a line break). One string rather than a
+//! list: DynamoDB Local spends ~0.1 ms more per loan write on a 25-element list (measured).
 
 use std::time::Duration;
 
@@ -93,17 +95,17 @@ impl RecentFacts {
     }
 
     pub(crate) fn encode(&self) -> AttributeValue {
-        AttributeValue::L(
-            self.0
-                .iter()
-                .map(|fact| {
-                    AttributeValue::S(format!(
-                        "{} {} {}#{}",
-                        fact.applied_at, fact.fingerprint, fact.source.system, fact.source.event_id
-                    ))
-                })
-                .collect(),
-        )
+        let lines: Vec<String> = self
+            .0
+            .iter()
+            .map(|fact| {
+                format!(
+                    "{} {} {}#{}",
+                    fact.applied_at, fact.fingerprint, fact.source.system, fact.source.event_id
+                )
+            })
+            .collect();
+        AttributeValue::S(lines.join("\n"))
     }
 
     pub(crate) fn decode(value: Option<&AttributeValue>) -> Result<Self, StoreError> {
@@ -111,16 +113,13 @@ impl RecentFacts {
             return Ok(Self::default());
         };
         let corrupt = || StoreError::Corrupt(format!("recentFacts is malformed: {value:?}"));
-        let AttributeValue::L(entries) = value else {
+        let AttributeValue::S(lines) = value else {
             return Err(corrupt());
         };
-        entries
-            .iter()
-            .map(|entry| {
-                let AttributeValue::S(text) = entry else {
-                    return Err(corrupt());
-                };
-                let mut parts = text.splitn(3, ' ');
+        lines
+            .lines()
+            .map(|line| {
+                let mut parts = line.splitn(3, ' ');
                 let (Some(at), Some(fingerprint), Some(source)) =
                     (parts.next(), parts.next(), parts.next())
                 else {
@@ -194,7 +193,7 @@ mod tests {
             Some(recent)
         );
         assert_eq!(RecentFacts::decode(None).ok(), Some(RecentFacts::default()));
-        let garbage = AttributeValue::L(vec![AttributeValue::S("42 abc".into())]);
+        let garbage = AttributeValue::S("42 abc".into());
         assert!(matches!(
             RecentFacts::decode(Some(&garbage)),
             Err(StoreError::Corrupt(_))
