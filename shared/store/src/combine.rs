@@ -138,8 +138,16 @@ impl Combiner {
         let mut waiting: VecDeque<Submission> = round.into();
         while !waiting.is_empty() {
             let flight = next_flight(&mut waiting, self.max_items);
+            // A participant dropped while the runtime shuts down must not panic in `drop`.
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                for submission in flight {
+                    let error = StoreError::Transient("no runtime to commit on".into());
+                    self.reply(submission, Err(error));
+                }
+                continue;
+            };
             let combiner = Arc::clone(self);
-            tokio::spawn(async move { combiner.commit(flight).await });
+            runtime.spawn(async move { combiner.commit(flight).await });
         }
     }
 
