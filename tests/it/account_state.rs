@@ -958,11 +958,18 @@ async fn when_counting_requests_should_cost_one_read_per_account_and_one_transac
     let events = batch_of(&bodies, "m");
 
     requests.reset();
-    let results = deliver(&handler, &events).await;
+    let messages: Vec<_> = events.iter().map(|(id, b)| sqs_message(id, b, 1)).collect();
+    let report = handler.process(&messages).await;
     assert!(
-        results.iter().all(|(_, r)| *r == MessageResult::Applied),
-        "{results:?}"
+        report
+            .results
+            .iter()
+            .all(|(_, r)| *r == MessageResult::Applied),
+        "{:?}",
+        report.results
     );
+    // The batch's metrics line counts the shared transaction.
+    assert_eq!(report.counts.transactions, 1);
     assert_eq!(
         requests.snapshot(),
         BTreeMap::from([

@@ -110,6 +110,7 @@ impl AccountStateHandler {
     }
 
     pub async fn process(&self, messages: &[SqsMessage]) -> BatchReport {
+        let transactions_before = self.store.transactions_sent();
         let mut report = BatchReport::default();
         let mut by_account: Vec<(AccountId, Vec<Pending<'_>>)> = Vec::new();
         let mut index: HashMap<AccountId, usize> = HashMap::new();
@@ -156,6 +157,8 @@ impl AccountStateHandler {
         for (id, result) in results.into_iter().flatten() {
             report.record(&id, result);
         }
+        // One batch at a time per Lambda instance: the difference is this batch's.
+        report.counts.transactions = self.store.transactions_sent() - transactions_before;
         report
     }
 

@@ -11,6 +11,8 @@ pub struct BatchCounts {
     pub quarantined: u64,
     /// Reported as batch item failures (SQS redelivers them).
     pub retried: u64,
+    /// `TransactWriteItems` requests the batch cost (shared by its accounts).
+    pub transactions: u64,
 }
 
 impl BatchCounts {
@@ -27,7 +29,7 @@ impl BatchCounts {
     }
 
     /// EMF metric names and values (namespace `LoanServicing`, dimension `Consumer`).
-    pub fn metrics(&self) -> [(&'static str, u64); 6] {
+    pub fn metrics(&self) -> [(&'static str, u64); 7] {
         [
             ("Applied", self.applied),
             ("Duplicate", self.duplicate),
@@ -35,6 +37,7 @@ impl BatchCounts {
             ("Stale", self.stale),
             ("Quarantined", self.quarantined),
             ("Retried", self.retried),
+            ("Transactions", self.transactions),
         ]
     }
 

@@ -11,6 +11,7 @@
 //! transaction never fails the others.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use aws_sdk_dynamodb::Client;
@@ -56,6 +57,8 @@ pub(crate) struct Combiner {
     /// Items per transaction at most (`MAX_TRANSACTION_ITEMS` or less).
     max_items: usize,
     gate: Mutex<Gate>,
+    /// `TransactWriteItems` requests sent so far.
+    sent: AtomicU64,
 }
 
 impl std::fmt::Debug for Combiner {
@@ -87,6 +90,7 @@ impl Combiner {
             client,
             max_items: max_items.clamp(1, MAX_TRANSACTION_ITEMS),
             gate: Mutex::default(),
+            sent: AtomicU64::new(0),
         }
     }
 
@@ -94,6 +98,10 @@ impl Combiner {
     /// lock with no call that can panic), so a poisoned lock still guards a valid gate.
     fn gate(&self) -> MutexGuard<'_, Gate> {
         self.gate.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn transactions_sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
     }
 
     pub fn participant(self: &Arc<Self>) -> Participant {
@@ -168,6 +176,7 @@ impl Combiner {
         } else {
             flight.iter().flat_map(|s| s.items.clone()).collect()
         };
+        self.sent.fetch_add(1, Ordering::Relaxed);
         let result = self
             .client
             .transact_write_items()

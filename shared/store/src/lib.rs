@@ -330,6 +330,11 @@ impl ServicingStore {
         self.combiner.participant()
     }
 
+    /// `TransactWriteItems` requests this store has sent (all its commits, shared or not).
+    pub fn transactions_sent(&self) -> u64 {
+        self.combiner.transactions_sent()
+    }
+
     pub fn consumer(&self) -> &str {
         &self.config.consumer
     }
