@@ -148,10 +148,13 @@ impl Combiner {
             let flight = next_flight(&mut waiting, self.max_items);
             // A participant dropped while the runtime shuts down must not panic in `drop`.
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                for submission in flight {
-                    let error = StoreError::Transient("no runtime to commit on".into());
-                    self.reply(submission, Err(error));
-                }
+                let error = StoreError::Transient("no runtime to commit on".into());
+                self.reply(
+                    flight
+                        .into_iter()
+                        .map(|s| (s, Err(error.clone())))
+                        .collect(),
+                );
                 continue;
             };
             let combiner = Arc::clone(self);
@@ -159,11 +162,14 @@ impl Combiner {
         }
     }
 
-    /// Counted out before it is answered: the submitter's next commit then waits for the
-    /// participants still busy, instead of leaving alone.
-    fn reply(&self, submission: Submission, answer: Result<Answer, StoreError>) {
-        self.gate().submitted -= 1;
-        let _ = submission.reply.send(answer);
+    /// The whole flight is counted out before any of it is answered: a submitter answered
+    /// first then sees its flight-mates as busy, and its next commit waits for them instead of
+    /// leaving alone.
+    fn reply(&self, answers: Vec<(Submission, Result<Answer, StoreError>)>) {
+        self.gate().submitted -= answers.len();
+        for (submission, answer) in answers {
+            let _ = submission.reply.send(answer);
+        }
     }
 
     async fn commit(&self, flight: Vec<Submission>) {
@@ -185,28 +191,35 @@ impl Combiner {
             .await;
         let error = match result {
             Ok(_) => {
-                for submission in flight {
-                    self.reply(submission, Ok(Answer::Committed));
-                }
+                self.reply(
+                    flight
+                        .into_iter()
+                        .map(|s| (s, Ok(Answer::Committed)))
+                        .collect(),
+                );
                 return;
             }
             Err(SdkError::ServiceError(e)) => match e.into_err() {
                 TransactWriteItemsError::TransactionCanceledException(cancelled) => {
                     let mut reasons = cancelled.cancellation_reasons().iter();
-                    for submission in flight {
-                        let own: Vec<CancellationReason> = reasons
-                            .by_ref()
-                            .take(submission.items.len())
-                            .cloned()
-                            .collect();
-                        let failed = own.iter().any(|r| r.code().is_some_and(|c| c != "None"));
-                        let answer = if merged && !failed {
-                            Answer::Withdrawn
-                        } else {
-                            Answer::Cancelled(own)
-                        };
-                        self.reply(submission, Ok(answer));
-                    }
+                    let answers = flight
+                        .into_iter()
+                        .map(|submission| {
+                            let own: Vec<CancellationReason> = reasons
+                                .by_ref()
+                                .take(submission.items.len())
+                                .cloned()
+                                .collect();
+                            let failed = own.iter().any(|r| r.code().is_some_and(|c| c != "None"));
+                            let answer = if merged && !failed {
+                                Answer::Withdrawn
+                            } else {
+                                Answer::Cancelled(own)
+                            };
+                            (submission, Ok(answer))
+                        })
+                        .collect();
+                    self.reply(answers);
                     return;
                 }
                 other => classify_service(other),
@@ -221,9 +234,12 @@ impl Combiner {
             }
             return;
         }
-        for submission in flight {
-            self.reply(submission, Err(error.clone()));
-        }
+        self.reply(
+            flight
+                .into_iter()
+                .map(|s| (s, Err(error.clone())))
+                .collect(),
+        );
     }
 }
 

@@ -32,6 +32,8 @@ pub const RECENT_FACTS_MAX: usize = 32;
 
 /// Hex digits of the payload fingerprint kept (64 bits): a different prefix is a different
 /// payload for certain, and then the claim decides (collision, with both full fingerprints).
+/// Another payload with the same prefix (odds 2^-64) would be acknowledged as a duplicate
+/// instead of quarantined as a collision; the first fact stands either way.
 const FINGERPRINT_PREFIX: usize = 16;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
