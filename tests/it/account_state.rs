@@ -1374,3 +1374,67 @@ async fn when_one_fact_arrives_for_two_accounts_should_not_share_a_transaction(e
     principals.sort();
     assert_eq!(principals, [(99_900, 2), (100_000, 1)]);
 }
+
+/// A commit whose request times out may or may not have happened (a lost response): it must come
+/// back as transient (a batch item failure, redelivered and then recognised), never as a request
+/// DynamoDB refused (which quarantines the event). No engine here: a server that never answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_commit_request_times_out_should_be_transient_not_refused() {
+    use aws_config::retry::RetryConfig;
+    use aws_config::timeout::TimeoutConfig;
+    use servicing_domain::{Fingerprint, Outcome, ServicingEvent, apply};
+    use servicing_store::{
+        Effect, RecentFacts, ServicingStore, StoreConfig, StoreError, UnitOfWork,
+    };
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let sdk = aws_setup::loader()
+        .endpoint_url(format!("http://{address}"))
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .operation_attempt_timeout(std::time::Duration::from_millis(300))
+                .build(),
+        )
+        .retry_config(RetryConfig::disabled())
+        .load()
+        .await;
+    let store = ServicingStore::new(
+        aws_sdk_dynamodb::Client::new(&sdk),
+        StoreConfig::new("servicing", "account-state"),
+    );
+
+    let body = open_account("acc_timeout", 100_000);
+    let event = ServicingEvent::decode(body.as_bytes()).expect("valid");
+    let Outcome::Applied(applied) = apply(None, &event, None) else {
+        panic!("an opening applies");
+    };
+    let fingerprint = Fingerprint::of(&event);
+    let unit = UnitOfWork {
+        source: &event.source,
+        event_type: event.kind.wire_name(),
+        account_id: &event.account_id,
+        fingerprint: &fingerprint,
+        expected_version: None,
+        effect: Effect::Apply(&applied),
+    };
+    let outcome = store
+        .commit_all(std::slice::from_ref(&unit), &RecentFacts::default())
+        .await;
+    assert!(
+        matches!(outcome, Err(StoreError::Transient(_))),
+        "{outcome:?}"
+    );
+}
