@@ -39,6 +39,8 @@ type Reply = oneshot::Sender<Result<Answer, StoreError>>;
 
 struct Submission {
     items: Vec<TransactWriteItem>,
+    /// `items.len()`, still known once the items have gone into a request.
+    size: usize,
     keys: Vec<(String, String)>,
     reply: Reply,
 }
@@ -129,7 +131,13 @@ impl Combiner {
         let round = {
             let mut gate = self.gate();
             gate.submitted += 1;
-            gate.waiting.push(Submission { items, keys, reply });
+            let size = items.len();
+            gate.waiting.push(Submission {
+                items,
+                size,
+                keys,
+                reply,
+            });
             Self::round(&mut gate)
         };
         self.launch(round);
@@ -172,15 +180,19 @@ impl Combiner {
         }
     }
 
-    async fn commit(&self, flight: Vec<Submission>) {
+    async fn commit(&self, mut flight: Vec<Submission>) {
         let merged = flight.len() > 1;
         let items: Vec<TransactWriteItem> = if merged {
+            // Kept: a shared request refused as such is resent per submission.
             flight
                 .iter()
                 .flat_map(|s| s.items.iter().cloned())
                 .collect()
         } else {
-            flight.iter().flat_map(|s| s.items.clone()).collect()
+            flight
+                .iter_mut()
+                .flat_map(|s| std::mem::take(&mut s.items))
+                .collect()
         };
         self.sent.fetch_add(1, Ordering::Relaxed);
         let result = self
@@ -205,11 +217,8 @@ impl Combiner {
                     let answers = flight
                         .into_iter()
                         .map(|submission| {
-                            let own: Vec<CancellationReason> = reasons
-                                .by_ref()
-                                .take(submission.items.len())
-                                .cloned()
-                                .collect();
+                            let own: Vec<CancellationReason> =
+                                reasons.by_ref().take(submission.size).cloned().collect();
                             let failed = own.iter().any(|r| r.code().is_some_and(|c| c != "None"));
                             let answer = if merged && !failed {
                                 Answer::Withdrawn
@@ -253,10 +262,10 @@ fn next_flight(waiting: &mut VecDeque<Submission>, max_items: usize) -> Vec<Subm
     let mut later = VecDeque::new();
     while let Some(submission) = waiting.pop_front() {
         let fits = flight.is_empty()
-            || (items + submission.items.len() <= max_items
+            || (items + submission.size <= max_items
                 && !submission.keys.iter().any(|k| keys.contains(k)));
         if fits {
-            items += submission.items.len();
+            items += submission.size;
             keys.extend(submission.keys.iter().cloned());
             flight.push(submission);
         } else {
@@ -305,6 +314,7 @@ mod tests {
         let items: Vec<TransactWriteItem> = pks.iter().map(|pk| put(pk)).collect();
         let keys = items.iter().filter_map(item_key).collect();
         Submission {
+            size: items.len(),
             items,
             keys,
             reply: oneshot::channel().0,

@@ -58,10 +58,9 @@ fn live(applied_at: i64, now: i64) -> bool {
 impl RecentFacts {
     /// `source` with this payload was applied within the window: a duplicate, settled as such.
     pub fn holds(&self, source: &SourceRef, fingerprint: &Fingerprint, now: i64) -> bool {
+        let fingerprint = prefix(fingerprint);
         self.0.iter().any(|fact| {
-            fact.source == *source
-                && fact.fingerprint == prefix(fingerprint)
-                && live(fact.applied_at, now)
+            fact.source == *source && fact.fingerprint == fingerprint && live(fact.applied_at, now)
         })
     }
 
