@@ -8,7 +8,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use servicing_domain::SourceRef;
 use servicing_domain::{Fingerprint, Outcome, ServicingEvent, apply};
 use servicing_store::{
-    Effect, RECENT_FACTS_MAX, RecentFacts, ServicingStore, StoreConfig, UnitOfWork,
+    Effect, LoanItem, LoanWrite, RECENT_FACTS_MAX, RecentFacts, ServicingStore, StoreConfig, UnitOfWork,
 };
 
 const OPEN: &str = r#"{"sourceSystem":"core-banking","sourceEventId":"open-1","eventType":"LOAN_OPENED","accountId":"acc_1","eventTime":"2026-09-01T09:00:00Z","principalMinor":100000,"currency":"EUR"}"#;
@@ -63,6 +63,14 @@ fn per_event(c: &mut Criterion) {
         })
         .collect();
     let recent = RecentFacts::default().with(others.iter().map(|s| (s, &fingerprint)), NOW);
+    let loan = |account: &servicing_domain::LoanAccount, recent: RecentFacts| LoanItem {
+        account_id: account.account_id.clone(),
+        account: Some(account.clone()),
+        version: 3,
+        recent,
+        parked: Default::default(),
+    };
+    let item = loan(&outcome.account, recent.clone());
     c.bench_function(
         "build TransactWriteItems (claim, loan, allocation, outbox)",
         |b| {
@@ -72,13 +80,17 @@ fn per_event(c: &mut Criterion) {
                     event_type: payment.kind.wire_name(),
                     account_id: &payment.account_id,
                     fingerprint: &fingerprint,
-                    expected_version: Some(2),
+                    released: false,
                     effect: Effect::Apply(&outcome),
+                };
+                let write = LoanWrite::Put {
+                    item: &item,
+                    expected: Some(2),
                 };
                 store
                     .transaction_items(
                         black_box(std::slice::from_ref(&unit)),
-                        &recent,
+                        Some(write),
                         NOW,
                         NOW * 1000,
                     )
@@ -101,12 +113,16 @@ fn per_event(c: &mut Criterion) {
                     event_type: event.kind.wire_name(),
                     account_id: &event.account_id,
                     fingerprint: &fingerprint,
-                    expected_version: Some(2),
+                    released: false,
                     effect: Effect::Apply(&outcome),
                 };
-                let recent = recent.with([(&event.source, &fingerprint)], NOW);
+                let item = loan(&outcome.account, recent.with([(&event.source, &fingerprint)], NOW));
+                let write = LoanWrite::Put {
+                    item: &item,
+                    expected: Some(2),
+                };
                 store
-                    .transaction_items(std::slice::from_ref(&unit), &recent, NOW, NOW * 1000)
+                    .transaction_items(std::slice::from_ref(&unit), Some(write), NOW, NOW * 1000)
                     .expect("items")
                     .items
                     .len()

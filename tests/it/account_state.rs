@@ -100,6 +100,7 @@ fn tally(results: &[(String, MessageResult)]) -> BatchCounts {
             MessageResult::Duplicate => counts.duplicate += 1,
             MessageResult::Collision => counts.collision += 1,
             MessageResult::Quarantined { .. } => counts.quarantined += 1,
+            MessageResult::Parked => counts.parked += 1,
             MessageResult::Retry { .. } => counts.retried += 1,
         }
     }
@@ -1384,7 +1385,7 @@ async fn when_the_commit_request_times_out_should_be_transient_not_refused() {
     use aws_config::timeout::TimeoutConfig;
     use servicing_domain::{Fingerprint, Outcome, ServicingEvent, apply};
     use servicing_store::{
-        Effect, RecentFacts, ServicingStore, StoreConfig, StoreError, UnitOfWork,
+        Effect, LoanItem, LoanWrite, RecentFacts, ServicingStore, StoreConfig, StoreError, UnitOfWork,
     };
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -1427,11 +1428,22 @@ async fn when_the_commit_request_times_out_should_be_transient_not_refused() {
         event_type: event.kind.wire_name(),
         account_id: &event.account_id,
         fingerprint: &fingerprint,
-        expected_version: None,
+        released: false,
         effect: Effect::Apply(&applied),
     };
+    let loan = LoanItem {
+        account_id: event.account_id.clone(),
+        account: Some(applied.account.clone()),
+        version: 1,
+        recent: RecentFacts::default(),
+        parked: Default::default(),
+    };
+    let write = LoanWrite::Put {
+        item: &loan,
+        expected: None,
+    };
     let outcome = store
-        .commit_all(std::slice::from_ref(&unit), &RecentFacts::default())
+        .commit_all(std::slice::from_ref(&unit), Some(write))
         .await;
     assert!(
         matches!(outcome, Err(StoreError::Transient(_))),

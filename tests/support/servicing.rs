@@ -145,9 +145,7 @@ impl Servicing {
     }
 
     pub fn config(&self) -> Config {
-        let mut config = Config::for_table(&self.table);
-        config.deferral_receive_budget = 3;
-        config
+        Config::for_table(&self.table)
     }
 
     /// A handler as one Lambda instance would have it (its own state cache).

@@ -207,7 +207,7 @@ impl CollectionsHandler {
             event_type: "DelinquencyChanged",
             account_id: &event.account_id,
             fingerprint: &fingerprint,
-            expected_version: None,
+            released: false,
             effect: Effect::Intent(intent.as_ref()),
         };
         let first_time = match self.store.commit(&unit).await {

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use servicing_domain::AccountId;
-use servicing_store::Versioned;
+use servicing_store::LoanItem;
 
 #[derive(Debug)]
 pub struct StateCache {
     capacity: usize,
-    entries: Mutex<HashMap<AccountId, Versioned>>,
+    entries: Mutex<HashMap<AccountId, LoanItem>>,
 }
 
 impl StateCache {
@@ -24,24 +24,24 @@ impl StateCache {
 
     /// A panic elsewhere cannot leave an entry half-written (inserts are whole), so a poisoned
     /// lock still guards valid hints.
-    fn entries(&self) -> MutexGuard<'_, HashMap<AccountId, Versioned>> {
+    fn entries(&self) -> MutexGuard<'_, HashMap<AccountId, LoanItem>> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn get(&self, account: &AccountId) -> Option<Versioned> {
+    pub fn get(&self, account: &AccountId) -> Option<LoanItem> {
         self.entries().get(account).cloned()
     }
 
-    pub fn put(&self, state: Versioned) {
+    pub fn put(&self, state: LoanItem) {
         if self.capacity == 0 {
             return;
         }
         let mut entries = self.entries();
         // Bounded memory without bookkeeping: start over when full.
-        if entries.len() >= self.capacity && !entries.contains_key(&state.account.account_id) {
+        if entries.len() >= self.capacity && !entries.contains_key(&state.account_id) {
             entries.clear();
         }
-        entries.insert(state.account.account_id.clone(), state);
+        entries.insert(state.account_id.clone(), state);
     }
 
     pub fn forget(&self, account: &AccountId) {

@@ -11,10 +11,6 @@ pub struct Config {
     pub table: String,
     /// How long a claim deduplicates (`CLAIM_RETENTION_DAYS`, default 35).
     pub claim_retention: Duration,
-    /// Deliveries of a deferred event (account not opened, reversal before its payment) before
-    /// it is quarantined (`DEFERRAL_RECEIVE_BUDGET`, default 5). Keep it below the queue's
-    /// `maxReceiveCount`, or the DLQ gets the message first.
-    pub deferral_receive_budget: u32,
     /// Commits tried per group of events when other writers win (`MAX_COMMIT_ATTEMPTS`,
     /// default 5). Rounds that only drop refused claims from a group do not count.
     pub max_commit_attempts: u32,
@@ -49,7 +45,6 @@ impl Config {
         Self {
             table: table.into(),
             claim_retention: DEFAULT_CLAIM_RETENTION,
-            deferral_receive_budget: 5,
             max_commit_attempts: 5,
             conflict_backoff: Duration::from_millis(10),
             account_concurrency: 100,
@@ -91,7 +86,6 @@ impl Config {
             };
         config.claim_retention =
             Duration::from_secs(number("CLAIM_RETENTION_DAYS", 35, 1)? * 86_400);
-        config.deferral_receive_budget = number("DEFERRAL_RECEIVE_BUDGET", 5, 1)? as u32;
         config.max_commit_attempts = number("MAX_COMMIT_ATTEMPTS", 5, 1)? as u32;
         config.conflict_backoff = Duration::from_millis(number("CONFLICT_BACKOFF_MS", 10, 0)?);
         config.account_concurrency = number("ACCOUNT_CONCURRENCY", 100, 1)? as usize;
@@ -125,13 +119,12 @@ mod tests {
     fn when_a_number_is_malformed_should_name_it() {
         let err = Config::from_lookup(|k| match k {
             "TABLE_NAME" => Some("t".into()),
-            "DEFERRAL_RECEIVE_BUDGET" => Some("five".into()),
+            "MAX_COMMIT_ATTEMPTS" => Some("five".into()),
             _ => None,
         })
         .expect_err("malformed");
         assert!(
-            err.to_string()
-                .starts_with("DEFERRAL_RECEIVE_BUDGET must be")
+            err.to_string().starts_with("MAX_COMMIT_ATTEMPTS must be")
         );
     }
 
@@ -139,6 +132,6 @@ mod tests {
     fn when_only_the_table_is_set_should_use_the_defaults() {
         let c = Config::from_lookup(|k| (k == "TABLE_NAME").then(|| "t".into())).expect("valid");
         assert_eq!(c.claim_retention, DEFAULT_CLAIM_RETENTION);
-        assert_eq!(c.deferral_receive_budget, 5);
+        assert_eq!(c.max_commit_attempts, 5);
     }
 }

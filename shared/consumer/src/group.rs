@@ -1,201 +1,317 @@
-//! Group commit: the longest run of an account's events that can share ONE transaction.
+//! Group commit: the longest run of an account's facts that can share ONE transaction.
 //!
-//! Events are judged in batch order, each on the state its predecessors leave; the loan item is
-//! then written once for all of them. A group ends where DynamoDB would refuse or the judgment
-//! could not hold: at the item limit, at a fact already in the group (its claim would be written
-//! twice), at an allocation the group already touches (a reversal of a payment recorded in the
-//! same group), and at a deferred event (settled on its own once everything before it is).
+//! Facts are judged in order, each on the state its predecessors leave; the loan item is then
+//! written once for all of them. The next fact is always a parked fact whose awaited fact has
+//! been applied (ready), received first, if there is one — so it is applied right after what it
+//! waited for — and otherwise the account's next delivered event. A fact that waits for another
+//! is parked on the loan item (its claim says `PARKED`). A group ends where DynamoDB would
+//! refuse or the judgment could not hold: at the item limit, at a fact already in the group (its
+//! claim would be written twice), and at an allocation the group already touches (a reversal of
+//! a payment recorded in the same group).
 
 use std::collections::HashSet;
 
 use servicing_domain::{
-    AllocationWrite, Applied, Deferral, LoanAccount, Outcome, SourceRef, apply,
+    AccountId, AllocationWrite, Applied, Arrival, Deferral, Fingerprint, Outcome, ParkedFact,
+    Rejection, ServicingEvent, SourceRef, apply,
 };
-use servicing_store::{Effect, RecentFacts, Snapshot, UnitOfWork, Versioned};
+use servicing_store::{
+    Effect, LoanItem, LoanWrite, QuarantineEntry, RecentFacts, Snapshot, Target, UnitOfWork,
+};
 
 use crate::{MessageResult, Pending};
 
-/// A verdict that commits (deferrals never do).
+/// A verdict on one fact.
 #[derive(Debug)]
 pub(crate) enum Judged {
     Apply(Box<Applied>),
     Stale,
-    Reject(servicing_domain::Rejection),
+    Reject(Rejection),
+    /// Waits for another fact: kept on the loan item.
+    Park(Deferral),
+    /// Already applied although its claim is gone: nothing to write.
+    Duplicate,
+}
+
+/// A parked fact taken up again, with its event decoded from the stored body (`None` when a
+/// changed decoder no longer accepts it: it is rejected, its body quarantined).
+#[derive(Debug)]
+pub(crate) struct Released {
+    pub fact: ParkedFact,
+    pub event: Option<ServicingEvent>,
+    pub account_id: AccountId,
+}
+
+#[derive(Debug)]
+pub(crate) enum Subject {
+    /// Index into the account's pending events.
+    Pending(usize),
+    Released(Box<Released>),
 }
 
 #[derive(Debug)]
 pub(crate) struct Member {
-    /// Index into the account's pending events.
-    pub index: usize,
-    /// The loan version this event was judged against.
-    pub expected_version: Option<u64>,
+    pub subject: Subject,
     pub judged: Judged,
+    /// A pending event parked and released again within this group: its claim is written once,
+    /// with the final verdict, and it is answered as parked (then counted as released).
+    pub parked_first: bool,
+}
+
+/// A member's answer after the commit.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// For the pending event at this index.
+    Message(usize, MessageResult),
+    /// For a parked fact judged again.
+    Released(SourceRef, MessageResult),
+}
+
+/// Why planning stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// Nothing left: every pending event is in the group or settled, nothing parked is ready.
+    Done,
+    /// The next fact goes into the next group.
+    Full,
+    /// A released reversal refers to a payment that was not read: read it, then plan again.
+    NeedTargets(Vec<SourceRef>),
 }
 
 #[derive(Debug)]
 pub(crate) struct Group {
     pub members: Vec<Member>,
-    /// The first pending event after the group (`len` when the group reaches the end).
-    pub end: usize,
-    /// Why the event at `end` was deferred, when it was.
-    pub deferred: Option<Deferral>,
+    /// The loan item as the group leaves it, when any member changes it.
+    pub next: Option<LoanItem>,
+    /// The version of the loan item the group was judged against (`None`: no item).
+    pub expected: Option<u64>,
+    pub stop: Stop,
+}
+
+/// The working state while planning.
+struct Plan {
+    loan: LoanItem,
+    changed: bool,
+    items: usize,
+    facts: HashSet<SourceRef>,
+    allocations: HashSet<SourceRef>,
 }
 
 impl Group {
-    /// Plans the next group from the unsettled events (`settled[i]` is `None`), at most
-    /// `max_units` events and `max_items` transaction items (one event always fits).
+    /// Plans the next group: ready parked facts and the unsettled pending events
+    /// (`settled[i]` is `None`), at most `max_units` facts and `max_items` transaction items
+    /// (one fact always fits).
     pub fn plan(
         pending: &[Pending<'_>],
         settled: &[Option<MessageResult>],
         snapshot: &Snapshot,
         max_items: usize,
         max_units: usize,
+        now: i64,
     ) -> Group {
+        let account_id = pending
+            .first()
+            .map(|p| p.event.account_id.clone())
+            .or_else(|| snapshot.loan.as_ref().map(|l| l.account_id.clone()));
+        let expected = snapshot.loan.as_ref().map(|l| l.version);
         let mut group = Group {
             members: Vec::new(),
-            end: pending.len(),
-            deferred: None,
+            next: None,
+            expected,
+            stop: Stop::Done,
         };
-        let mut version = snapshot.account.as_ref().map(|v| v.version);
-        let mut items = 1; // the loan write or version check
-        let mut facts: HashSet<&SourceRef> = HashSet::new();
-        let mut allocations: HashSet<SourceRef> = HashSet::new();
-        for (index, p) in pending.iter().enumerate() {
-            if settled[index].is_some() {
-                continue;
-            }
-            if group.members.len() >= max_units || facts.contains(&p.event.source) {
-                group.end = index;
+        let Some(account_id) = account_id else {
+            return group;
+        };
+        let loan = snapshot.loan.clone().unwrap_or(LoanItem {
+            account_id,
+            account: None,
+            version: 0,
+            recent: RecentFacts::default(),
+            parked: Default::default(),
+        });
+        let mut plan = Plan {
+            loan,
+            changed: false,
+            items: 1, // the loan write or version check
+            facts: HashSet::new(),
+            allocations: HashSet::new(),
+        };
+        let mut next_pending = 0;
+        loop {
+            if group.members.len() >= max_units {
+                group.stop = Stop::Full;
                 break;
             }
-            let target = p
-                .event
-                .reversal_target()
-                .and_then(|t| snapshot.allocations.get(t));
-            let (judged, cost, touches) = match apply(group.state(snapshot), &p.event, target) {
-                Outcome::Deferred(why) => {
-                    group.end = index;
-                    group.deferred = Some(why);
-                    break;
+            // A ready parked fact goes first: it is applied right after what it waited for.
+            let ready = plan.loan.parked.iter().find(|f| f.awaits.is_none()).cloned();
+            let subject = match ready {
+                Some(fact) => {
+                    let decoded = ServicingEvent::decode(fact.body.as_bytes());
+                    let released = Released {
+                        fact,
+                        event: decoded.as_ref().ok().cloned(),
+                        account_id: plan.loan.account_id.clone(),
+                    };
+                    if let Err(e) = decoded {
+                        // It decoded when it was parked; a decoder changed since rejects it.
+                        let rejection = Rejection {
+                            code: e.code(),
+                            reason: e.to_string(),
+                        };
+                        let member = Member {
+                            subject: Subject::Released(Box::new(released)),
+                            judged: Judged::Reject(rejection),
+                            parked_first: false,
+                        };
+                        if !plan.accept(&mut group, member, max_items, pending, now) {
+                            break;
+                        }
+                        continue;
+                    }
+                    Subject::Released(Box::new(released))
                 }
-                Outcome::Applied(applied) => {
-                    let touches = applied.allocation.as_ref().map(|write| match write {
-                        AllocationWrite::Record(stored) => stored.payment.clone(),
-                        AllocationWrite::MarkReversed { payment, .. } => payment.clone(),
-                    });
-                    let cost = 1 + usize::from(touches.is_some()) + applied.outbox.len();
-                    (Judged::Apply(applied), cost, touches)
+                None => {
+                    while next_pending < pending.len() && settled[next_pending].is_some() {
+                        next_pending += 1;
+                    }
+                    if next_pending == pending.len() {
+                        break;
+                    }
+                    next_pending += 1;
+                    Subject::Pending(next_pending - 1)
                 }
-                Outcome::Stale { .. } => (Judged::Stale, 1, None),
-                Outcome::Rejected(rejection) => (Judged::Reject(rejection), 2, None),
             };
-            let touched_twice = touches.as_ref().is_some_and(|t| allocations.contains(t));
-            let full = !group.members.is_empty() && items + cost > max_items;
-            if touched_twice || full {
-                group.end = index;
+            let event = match &subject {
+                Subject::Pending(i) => &pending[*i].event,
+                Subject::Released(r) => match &r.event {
+                    Some(event) => event,
+                    None => unreachable!("an undecodable parked fact is rejected above"),
+                },
+            };
+            let target = match event.reversal_target() {
+                None => None,
+                Some(payment) => match snapshot.reversal_target(payment) {
+                    Some(target) => target,
+                    None => {
+                        group.stop = Stop::NeedTargets(vec![payment.clone()]);
+                        return group;
+                    }
+                },
+            };
+            let judged = match apply(plan.loan.account.as_ref(), event, target) {
+                Outcome::Applied(applied) => Judged::Apply(applied),
+                Outcome::Stale { .. } => Judged::Stale,
+                Outcome::Rejected(rejection) => Judged::Reject(rejection),
+                Outcome::Deferred(why) => Judged::Park(why),
+                Outcome::AlreadyApplied => Judged::Duplicate,
+            };
+            let member = Member {
+                subject,
+                judged,
+                parked_first: false,
+            };
+            if !plan.accept(&mut group, member, max_items, pending, now) {
                 break;
             }
-            items += cost;
-            facts.insert(&p.event.source);
-            allocations.extend(touches);
-            let expected_version = version;
-            if let Judged::Apply(_) = judged {
-                version = Some(version.map_or(1, |v| v + 1));
-            }
-            group.members.push(Member {
-                index,
-                expected_version,
-                judged,
+        }
+        if plan.changed {
+            let applied = group.members.iter().filter_map(|m| match (&m.subject, &m.judged) {
+                (Subject::Pending(i), Judged::Apply(_)) => {
+                    Some((&pending[*i].event.source, &pending[*i].fingerprint))
+                }
+                (Subject::Released(r), Judged::Apply(_)) => {
+                    Some((&r.fact.source, &r.fact.fingerprint))
+                }
+                _ => None,
             });
+            plan.loan.recent = plan.loan.recent.with(applied, now);
+            group.next = Some(plan.loan);
         }
         group
     }
 
-    /// The loan as the group's members so far leave it.
-    fn state<'s>(&'s self, snapshot: &'s Snapshot) -> Option<&'s LoanAccount> {
-        self.members
-            .iter()
-            .rev()
-            .find_map(|m| match &m.judged {
-                Judged::Apply(applied) => Some(&applied.account),
-                _ => None,
-            })
-            .or(snapshot.account.as_ref().map(|v| &v.account))
+    /// The loan item's part in the group's transaction.
+    pub fn loan_write<'a>(&'a self, account_id: &'a AccountId) -> LoanWrite<'a> {
+        match &self.next {
+            Some(item) => LoanWrite::Put {
+                item,
+                expected: self.expected,
+            },
+            None => LoanWrite::Check {
+                account_id,
+                expected: self.expected,
+            },
+        }
     }
 
-    /// The units of work of the group, in order.
+    /// The units of work of the group, in order (a fact that was already applied has none).
     pub fn units<'a>(&'a self, pending: &'a [Pending<'a>]) -> Vec<UnitOfWork<'a>> {
         self.members
             .iter()
-            .map(|m| {
-                let p = &pending[m.index];
+            .filter_map(|m| {
+                let (source, event_type, account_id, fingerprint, released) = match &m.subject {
+                    Subject::Pending(i) => {
+                        let p = &pending[*i];
+                        let kind = p.event.kind.wire_name();
+                        (&p.event.source, kind, &p.event.account_id, &p.fingerprint, false)
+                    }
+                    Subject::Released(r) => {
+                        let kind = r.event.as_ref().map_or("UNDECODABLE", |e| e.kind.wire_name());
+                        (&r.fact.source, kind, &r.account_id, &r.fact.fingerprint, true)
+                    }
+                };
                 let effect = match &m.judged {
                     Judged::Apply(applied) => Effect::Apply(applied),
                     Judged::Stale => Effect::Stale,
-                    Judged::Reject(rejection) => {
-                        Effect::Reject(p.quarantine_entry(rejection.code, &rejection.reason))
-                    }
+                    Judged::Reject(rejection) => Effect::Reject(m.quarantine_entry(
+                        pending,
+                        &rejection.code,
+                        &rejection.reason,
+                    )),
+                    // Parked again, its claim already says so: only the loan item changes.
+                    Judged::Park(_) if released => return None,
+                    Judged::Park(_) => Effect::Park,
+                    Judged::Duplicate => return None,
                 };
-                UnitOfWork {
-                    source: &p.event.source,
-                    event_type: p.event.kind.wire_name(),
-                    account_id: &p.event.account_id,
-                    fingerprint: &p.fingerprint,
-                    expected_version: m.expected_version,
+                Some(UnitOfWork {
+                    source,
+                    event_type,
+                    account_id,
+                    fingerprint,
+                    released,
                     effect,
-                }
+                })
             })
             .collect()
     }
 
-    /// The loan's recent facts once the group's applied facts are added (written with the loan).
-    pub fn recent(&self, pending: &[Pending<'_>], snapshot: &Snapshot, now: i64) -> RecentFacts {
-        let applied = self
-            .members
-            .iter()
-            .filter(|m| matches!(m.judged, Judged::Apply(_)))
-            .map(|m| {
-                (
-                    &pending[m.index].event.source,
-                    &pending[m.index].fingerprint,
-                )
-            });
-        match &snapshot.account {
-            Some(state) => state.recent.with(applied, now),
-            None => RecentFacts::default().with(applied, now),
-        }
+    /// The members that have a unit of work, in the order of [`Group::units`].
+    pub fn members_with_units(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(|m| m.has_unit())
     }
 
-    /// After the commit: carries the committed state (with `recent`, as written) into
-    /// `snapshot` and answers per event.
-    pub fn committed(
-        self,
-        snapshot: &mut Snapshot,
-        recent: RecentFacts,
-    ) -> Vec<(usize, MessageResult)> {
+    /// After the commit: carries the committed loan item and allocations into `snapshot` and
+    /// answers per member.
+    pub fn committed(self, pending: &[Pending<'_>], snapshot: &mut Snapshot) -> Vec<Answer> {
         let mut results = Vec::with_capacity(self.members.len());
-        let mut last_state = None;
         for member in self.members {
             let result = match member.judged {
                 Judged::Apply(applied) => {
-                    let Applied {
-                        account,
-                        allocation,
-                        ..
-                    } = *applied;
-                    match allocation {
+                    match applied.allocation {
                         Some(AllocationWrite::Record(stored)) => {
-                            snapshot.allocations.insert(stored.payment.clone(), stored);
+                            let payment = stored.payment.clone();
+                            snapshot.targets.insert(payment, Target::Applied(stored));
                         }
                         Some(AllocationWrite::MarkReversed { payment, reversal }) => {
-                            if let Some(stored) = snapshot.allocations.get_mut(&payment) {
+                            if let Some(Target::Applied(stored)) =
+                                snapshot.targets.get_mut(&payment)
+                            {
                                 stored.reversed_by = Some(reversal);
                             }
                         }
                         None => {}
                     }
-                    let version = member.expected_version.map_or(1, |v| v + 1);
-                    last_state = Some((account, version));
                     MessageResult::Applied
                 }
                 Judged::Stale => MessageResult::Stale,
@@ -205,18 +321,184 @@ impl Group {
                         code: rejection.code.to_owned(),
                     }
                 }
+                Judged::Park(why) => {
+                    tracing::info!(code = why.code(), "parked until the awaited fact applies");
+                    MessageResult::Parked
+                }
+                Judged::Duplicate => MessageResult::Duplicate,
             };
-            results.push((member.index, result));
+            match member.subject {
+                Subject::Pending(i) if member.parked_first => {
+                    results.push(Answer::Message(i, MessageResult::Parked));
+                    results.push(Answer::Released(pending[i].event.source.clone(), result));
+                }
+                Subject::Pending(i) => results.push(Answer::Message(i, result)),
+                Subject::Released(r) => results.push(Answer::Released(r.fact.source, result)),
+            }
         }
-        if let Some((account, version)) = last_state {
-            snapshot.account = Some(Versioned {
-                account,
-                version,
-                recent,
-            });
+        if let Some(next) = self.next {
+            snapshot.loan = Some(next);
         }
         results
     }
+}
+
+impl Member {
+    fn has_unit(&self) -> bool {
+        match (&self.subject, &self.judged) {
+            (_, Judged::Duplicate) => false,
+            (Subject::Released(_), Judged::Park(_)) => false,
+            _ => true,
+        }
+    }
+
+    /// What the quarantine keeps of this fact: raw body, identity, fingerprint, reason.
+    fn quarantine_entry<'a>(
+        &'a self,
+        pending: &'a [Pending<'a>],
+        code: &'a str,
+        reason: &'a str,
+    ) -> QuarantineEntry<'a> {
+        match &self.subject {
+            Subject::Pending(i) => pending[*i].quarantine_entry(code, reason),
+            Subject::Released(r) => QuarantineEntry {
+                source: Some(&r.fact.source),
+                account_id: Some(&r.account_id),
+                received_fingerprint: Some(&r.fact.fingerprint),
+                ..QuarantineEntry::new(&r.fact.message_id, &r.fact.body, code, reason)
+            },
+        }
+    }
+}
+
+impl Plan {
+    /// Adds `member` to the group if it fits, updating the working loan item; `false` (and the
+    /// group marked full) when it must wait for the next group.
+    fn accept(
+        &mut self,
+        group: &mut Group,
+        member: Member,
+        max_items: usize,
+        pending: &[Pending<'_>],
+        now: i64,
+    ) -> bool {
+        let (source, fingerprint) = match &member.subject {
+            Subject::Pending(i) => (&pending[*i].event.source, &pending[*i].fingerprint),
+            Subject::Released(r) => (&r.fact.source, &r.fact.fingerprint),
+        };
+        let released = matches!(member.subject, Subject::Released(_));
+        // Parked by this very group: it stays that member, whose claim is written once.
+        let merge = group.members.iter().position(|m| match m.subject {
+            Subject::Pending(i) => released && &pending[i].event.source == source,
+            Subject::Released(_) => false,
+        });
+        let (with_claim, touches) = match &member.judged {
+            Judged::Apply(applied) => {
+                let touches = applied.allocation.as_ref().map(|write| match write {
+                    AllocationWrite::Record(stored) => stored.payment.clone(),
+                    AllocationWrite::MarkReversed { payment, .. } => payment.clone(),
+                });
+                (1 + usize::from(touches.is_some()) + applied.outbox.len(), touches)
+            }
+            Judged::Stale | Judged::Park(_) => (1, None),
+            Judged::Reject(_) => (2, None),
+            Judged::Duplicate => (0, None),
+        };
+        let cost = match (&member.judged, released, merge) {
+            (_, true, Some(_)) => with_claim.saturating_sub(1), // its claim is counted already
+            (Judged::Park(_), true, None) => 0,                 // its PARKED claim stays
+            _ => with_claim,
+        };
+        let repeated = merge.is_none() && self.facts.contains(source);
+        let touched_twice = touches.as_ref().is_some_and(|t| self.allocations.contains(t));
+        let full = !group.members.is_empty() && self.items + cost > max_items;
+        if repeated || touched_twice || full {
+            group.stop = Stop::Full;
+            return false;
+        }
+        self.items += cost;
+        self.facts.insert(source.clone());
+        self.allocations.extend(touches);
+        let parked = if let Subject::Released(r) = &member.subject {
+            self.loan.parked.remove(&r.fact.source)
+        } else {
+            None
+        };
+        match (&member.judged, &member.subject) {
+            (Judged::Apply(applied), subject) => {
+                self.loan.account = Some(applied.account.clone());
+                let event = match subject {
+                    Subject::Pending(i) => Some(&pending[*i].event),
+                    Subject::Released(r) => r.event.as_ref(),
+                };
+                if let Some(event) = event {
+                    self.loan.parked.on_applied(event);
+                }
+                self.bump();
+            }
+            (Judged::Park(why), Subject::Pending(i)) => {
+                let p = &pending[*i];
+                let arrival = Arrival {
+                    source: &p.event.source,
+                    fingerprint,
+                    message_id: p.message_id,
+                    body: p.body,
+                    now,
+                };
+                self.loan.parked.park(arrival, why.clone());
+                self.bump();
+            }
+            (Judged::Park(why), Subject::Released(_)) => {
+                if let Some(fact) = parked {
+                    self.loan.parked.park_again(fact, why.clone());
+                }
+                self.bump();
+            }
+            // Released and settled: it leaves the parked facts.
+            (_, Subject::Released(_)) => self.bump(),
+            (_, Subject::Pending(_)) => {}
+        }
+        match merge {
+            Some(at) => {
+                group.members[at].judged = member.judged;
+                group.members[at].parked_first = true;
+            }
+            None => group.members.push(member),
+        }
+        true
+    }
+
+    /// One more change of the loan item (its version counts them).
+    fn bump(&mut self) {
+        self.changed = true;
+        self.loan.version += 1;
+    }
+}
+
+/// Settled without a request from the state already read: duplicates of facts the loan lists as
+/// recently applied or holds parked, and collisions with a parked fact (same identity, other
+/// payload; answered with the stored fingerprint).
+pub(crate) fn known_facts(
+    pending: &[Pending<'_>],
+    settled: &[Option<MessageResult>],
+    snapshot: &Snapshot,
+    now: i64,
+) -> Vec<(usize, Option<Fingerprint>)> {
+    let Some(loan) = &snapshot.loan else {
+        return Vec::new();
+    };
+    pending
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| settled[*i].is_none())
+        .filter_map(|(i, p)| {
+            if loan.recent.holds(&p.event.source, &p.fingerprint, now) {
+                return Some((i, None));
+            }
+            let parked = loan.parked.find(&p.event.source)?;
+            Some((i, (parked.fingerprint != p.fingerprint).then(|| parked.fingerprint.clone())))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -265,40 +547,57 @@ mod tests {
             &Snapshot::default(),
             max_items,
             usize::MAX,
+            1_000,
         )
     }
 
+    fn indices(group: &Group) -> Vec<String> {
+        group
+            .members
+            .iter()
+            .map(|m| match &m.subject {
+                Subject::Pending(i) => format!("p{i}"),
+                Subject::Released(r) => format!("r:{}", r.fact.source.event_id),
+            })
+            .collect()
+    }
+
     #[test]
-    fn when_events_fit_should_chain_their_versions_in_one_group() {
+    fn when_events_fit_should_write_the_loan_once_with_one_version_per_change() {
         let group = plan(&[open(), pay("p1"), pay("p2")], MAX_TRANSACTION_ITEMS);
-        let versions: Vec<_> = group.members.iter().map(|m| m.expected_version).collect();
-        assert_eq!(versions, [None, Some(1), Some(2)]);
-        assert_eq!(group.end, 3);
+        assert_eq!(indices(&group), ["p0", "p1", "p2"]);
+        assert_eq!(group.expected, None);
+        assert_eq!(group.next.as_ref().map(|l| l.version), Some(3));
+        assert_eq!(group.stop, Stop::Done);
     }
 
     #[test]
     fn when_a_fact_repeats_should_end_the_group_before_the_repeat() {
         let group = plan(&[open(), pay("p1"), pay("p1")], MAX_TRANSACTION_ITEMS);
         assert_eq!(group.members.len(), 2);
-        assert_eq!(group.end, 2);
+        assert_eq!(group.stop, Stop::Full);
     }
 
     #[test]
     fn when_the_item_budget_is_reached_should_end_the_group_but_always_take_one_event() {
         // open = claim + outbox; a payment = claim + allocation + outbox; plus the loan.
         let group = plan(&[open(), pay("p1"), pay("p2")], 6);
-        assert_eq!(group.end, 2);
+        assert_eq!(group.members.len(), 2);
         let group = plan(&[open(), pay("p1")], 1);
         assert_eq!(group.members.len(), 1);
-        assert_eq!(group.end, 1);
     }
 
     #[test]
-    fn when_the_first_event_is_deferred_should_plan_nothing_and_say_why() {
-        let group = plan(&[pay("p1"), open()], MAX_TRANSACTION_ITEMS);
-        assert!(group.members.is_empty());
-        assert_eq!(group.end, 0);
-        assert_eq!(group.deferred, Some(Deferral::AccountNotOpened));
+    fn when_events_precede_the_opening_should_park_them_and_release_them_right_after_it() {
+        let bodies = [pay("p1"), pay("p2"), open(), pay("p3")];
+        let group = plan(&bodies, MAX_TRANSACTION_ITEMS);
+        // Released within the group, they stay its members: one claim each, final verdict.
+        assert_eq!(indices(&group), ["p0", "p1", "p2", "p3"]);
+        assert!(group.members[..2].iter().all(|m| m.parked_first && matches!(m.judged, Judged::Apply(_))));
+        let loan = group.next.as_ref().expect("loan written");
+        assert!(loan.parked.is_empty(), "{:?}", loan.parked);
+        // park, park, open, release, release, pay: six changes of the loan item.
+        assert_eq!(loan.version, 6);
     }
 
     #[test]
@@ -308,13 +607,12 @@ mod tests {
         let pending = pending(&bodies);
         let settled = vec![None; pending.len()];
         let mut snapshot = Snapshot::default();
-        let group = Group::plan(&pending, &settled, &snapshot, MAX_TRANSACTION_ITEMS, 9);
+        let group = Group::plan(&pending, &settled, &snapshot, MAX_TRANSACTION_ITEMS, 9, 1_000);
         assert!(matches!(group.members[1].judged, Judged::Reject(_)));
-        let recent = group.recent(&pending, &snapshot, 1_000);
-        group.committed(&mut snapshot, recent);
+        group.committed(&pending, &mut snapshot);
         let listed = |p: &Pending<'_>| {
             snapshot
-                .account
+                .loan
                 .as_ref()
                 .is_some_and(|s| s.recent.holds(&p.event.source, &p.fingerprint, 1_000))
         };
@@ -336,9 +634,25 @@ mod tests {
             &Snapshot::default(),
             MAX_TRANSACTION_ITEMS,
             usize::MAX,
+            1_000,
         );
-        let members: Vec<_> = group.members.iter().map(|m| m.index).collect();
-        assert_eq!(members, [0, 2]);
-        assert_eq!(group.members[1].expected_version, Some(1));
+        assert_eq!(indices(&group), ["p0", "p2"]);
+    }
+
+    #[test]
+    fn when_a_released_reversal_refers_to_an_unread_payment_should_ask_for_it() {
+        let reversal = body(
+            "PAYMENT_REVERSED",
+            "r1",
+            r#","amountMinor":100,"reversalOf":{"sourceSystem":"psp","sourceEventId":"p9"}"#,
+        );
+        let group = plan(&[reversal, open()], MAX_TRANSACTION_ITEMS);
+        assert_eq!(
+            group.stop,
+            Stop::NeedTargets(vec![SourceRef {
+                system: "psp".into(),
+                event_id: "p9".into()
+            }])
+        );
     }
 }

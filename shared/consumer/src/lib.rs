@@ -2,8 +2,10 @@
 //!
 //! Per batch: decode every message (bad input → quarantine, acknowledged), group by account,
 //! run accounts in parallel (bounded) and each account's events in batch order with the state
-//! carried between them. A failed event fails that account's later events in the batch too, so
-//! SQS redelivers them in order.
+//! carried between them. A fact that waits for another (its account's opening, the payment it
+//! reverses) is parked on the loan item and acknowledged; it is applied right after what it
+//! waits for. A transient failure fails that account's later events in the batch too, so SQS
+//! redelivers them in order.
 
 mod cache;
 mod config;
@@ -21,7 +23,7 @@ use servicing_store::{CommitOutcome, QuarantineEntry, ServicingStore, Snapshot, 
 
 pub use cache::StateCache;
 pub use config::{Config, ConfigError};
-use group::Group;
+use group::{Answer, Group, Stop, Subject};
 pub use metrics::BatchCounts;
 pub use servicing_store::MAX_TRANSACTION_ITEMS;
 
@@ -33,11 +35,13 @@ pub enum MessageResult {
     Duplicate,
     /// Same identity, other payload: quarantined with both fingerprints, the first fact stands.
     Collision,
-    /// Permanent problem (bad input, business rejection, spent retry budget): stored with the
-    /// raw body and reason, acknowledged.
+    /// Permanent problem (bad input, business rejection): stored with the raw body and reason,
+    /// acknowledged.
     Quarantined {
         code: String,
     },
+    /// Waits for another fact: kept with its raw body on the loan item, acknowledged.
+    Parked,
     /// Reported as a batch item failure: SQS delivers it again.
     Retry {
         reason: String,
@@ -146,7 +150,7 @@ impl AccountStateHandler {
         // Each account registers as a participant of group commit when it is taken up (all the
         // accounts that will run side by side, before any of them runs): their commits then
         // leave together, one transaction for several accounts.
-        let results: Vec<Vec<(String, MessageResult)>> = futures_util::stream::iter(by_account)
+        let results: Vec<AccountResults> = futures_util::stream::iter(by_account)
             .map(|(account, pending)| {
                 let participant = self.store.participant();
                 self.process_account_isolated(account, pending, participant)
@@ -154,8 +158,14 @@ impl AccountStateHandler {
             .buffer_unordered(self.config.account_concurrency)
             .collect()
             .await;
-        for (id, result) in results.into_iter().flatten() {
-            report.record(&id, result);
+        for account in results {
+            for (id, result) in account.messages {
+                report.record(&id, result);
+            }
+            for result in account.released {
+                report.counts.released += 1;
+                report.counts.count(&result);
+            }
         }
         // One batch at a time per Lambda instance: the difference is this batch's.
         report.counts.transactions = self.store.transactions_sent() - transactions_before;
@@ -171,7 +181,7 @@ impl AccountStateHandler {
         account: AccountId,
         pending: Vec<Pending<'_>>,
         _participant: servicing_store::Participant,
-    ) -> Vec<(String, MessageResult)> {
+    ) -> AccountResults {
         // Unwind safety: a panic leaves nothing half-written (a commit is one transaction) and
         // the cache is only a hint, dropped for the account below.
         let run = AssertUnwindSafe(self.process_account(&account, &pending));
@@ -180,177 +190,213 @@ impl AccountStateHandler {
             Err(_) => {
                 tracing::error!(alert = "panic", account = %account, "processing panicked; the account's messages will be redelivered");
                 self.cache.forget(&account);
-                pending
+                let messages = pending
                     .iter()
                     .map(|p| {
                         let reason = "processing this account panicked".to_owned();
                         (p.message_id.to_owned(), MessageResult::Retry { reason })
                     })
-                    .collect()
+                    .collect();
+                AccountResults {
+                    messages,
+                    released: Vec::new(),
+                }
             }
         }
     }
 
     #[tracing::instrument(skip_all, fields(account = %account, events = pending.len()))]
-    async fn process_account(
-        &self,
-        account: &AccountId,
-        pending: &[Pending<'_>],
-    ) -> Vec<(String, MessageResult)> {
-        let targets: Vec<&SourceRef> = pending
-            .iter()
-            .filter_map(|p| p.event.reversal_target())
-            .collect();
-        // A warm cached state saves the read; reversals always read (their allocations).
-        let mut snapshot = match self.cache.get(account) {
-            Some(cached) if targets.is_empty() => Some(Snapshot {
-                account: Some(cached),
-                allocations: HashMap::new(),
-            }),
-            _ => None,
-        };
-        let mut results: Vec<MessageResult> = Vec::with_capacity(pending.len());
-        // Events per transaction; 1 for the rest of the batch once DynamoDB refused a group's
-        // request as such (too large, invalid), so one bad item cannot take the others with it.
-        let mut max_units = usize::MAX;
-        while results.len() < pending.len() {
-            let settled = self
-                .settle_next_group(
-                    &pending[results.len()..],
-                    &targets,
-                    &mut snapshot,
-                    &mut max_units,
-                )
-                .await;
-            let base = results.len();
-            let failed = settled
+    async fn process_account(&self, account: &AccountId, pending: &[Pending<'_>]) -> AccountResults {
+        let mut work = AccountWork {
+            targets: pending
                 .iter()
-                .position(|r| matches!(r, MessageResult::Retry { .. }));
+                .filter_map(|p| p.event.reversal_target().cloned())
+                .collect(),
+            // A warm cached state saves the read; reversals always read (their payments).
+            snapshot: None,
+            max_units: usize::MAX,
+            released: Vec::new(),
+        };
+        if work.targets.is_empty() {
+            work.snapshot = self.cache.get(account).map(|loan| Snapshot {
+                loan: Some(loan),
+                targets: HashMap::new(),
+            });
+        }
+        let mut results: Vec<MessageResult> = Vec::with_capacity(pending.len());
+        loop {
+            let rest = &pending[results.len()..];
+            let ready = work
+                .snapshot
+                .as_ref()
+                .and_then(|s| s.loan.as_ref())
+                .is_some_and(|l| l.parked.has_ready());
+            if rest.is_empty() && !ready {
+                break;
+            }
+            let (settled, failed) = self.settle_next_group(account, rest, &mut work).await;
+            let base = results.len();
             results.extend(settled);
             if let Some(at) = failed {
                 // SQS must redeliver the account's later events after the failed one, in order.
-                let first = pending[base + at].message_id;
-                let reason = format!("an earlier event of this account failed ({first})");
+                let reason = match rest.get(at) {
+                    Some(first) => format!("an earlier event of this account failed ({})", first.message_id),
+                    None => "a parked fact of this account failed".to_owned(),
+                };
+                results.truncate(base + at.min(rest.len()) + usize::from(at < rest.len()));
                 results.resize(pending.len(), MessageResult::Retry { reason });
+                break;
             }
         }
-        match snapshot.and_then(|s| s.account) {
+        match work.snapshot.and_then(|s| s.loan) {
             Some(state) => self.cache.put(state),
             None => self.cache.forget(account),
         }
-        pending
+        let messages = pending
             .iter()
             .map(|p| p.message_id.to_owned())
             .zip(results)
-            .collect()
+            .collect();
+        AccountResults {
+            messages,
+            released: work.released,
+        }
     }
 
-    /// Settles a non-empty run of an account's next events: plans the longest group that fits
-    /// one transaction, commits it, and answers for each of its events. Claims refused in a
+    /// Settles the account's next group: ready parked facts and a run of its next events (the
+    /// longest that fits one transaction). Returns the answers of the events of `pending` it
+    /// settled, in order, and — when something failed — the index of the first event that must
+    /// be retried (`pending.len()` when only parked facts were involved). Claims refused in a
     /// cancelled group are settled from that answer (a duplicate costs no extra request); the
     /// others are planned again without them.
     async fn settle_next_group(
         &self,
+        account: &AccountId,
         pending: &[Pending<'_>],
-        targets: &[&SourceRef],
-        snapshot: &mut Option<Snapshot>,
-        max_units: &mut usize,
-    ) -> Vec<MessageResult> {
+        work: &mut AccountWork,
+    ) -> (Vec<MessageResult>, Option<usize>) {
         let mut settled: Vec<Option<MessageResult>> = vec![None; pending.len()];
         let mut attempt = 0;
         loop {
-            let snap = match snapshot {
+            let snap = match &mut work.snapshot {
                 Some(snap) => snap,
-                None => match self.store.load(&pending[0].event.account_id, targets).await {
-                    Ok(loaded) => snapshot.insert(loaded),
-                    Err(e) => {
-                        let first = first_unsettled(&settled);
-                        settled[first] = Some(self.store_failure(&pending[first], e).await);
-                        return settled_run(settled, first + 1);
+                None => {
+                    let targets: Vec<&SourceRef> = work.targets.iter().collect();
+                    match self.store.load(account, &targets).await {
+                        Ok(loaded) => work.snapshot.insert(loaded),
+                        Err(e) => return self.failed_at(pending, &mut settled, e).await,
                     }
-                },
+                }
             };
             let now = servicing_store::epoch_seconds();
-            settle_recent_duplicates(pending, &mut settled, snap, now);
+            for (index, collision) in group::known_facts(pending, &settled, snap, now) {
+                settled[index] = Some(match collision {
+                    None => MessageResult::Duplicate,
+                    Some(stored) => self.collision(&pending[index], &stored).await,
+                });
+            }
             let group = Group::plan(
                 pending,
                 &settled,
                 snap,
                 self.config.max_transaction_items,
-                *max_units,
+                work.max_units,
+                now,
             );
-            let Some(first) = group.members.first().map(|m| m.index) else {
-                // Everything before `end` is settled; the event at `end` waits for its turn.
-                if let Some(why) = &group.deferred {
-                    settled[group.end] = Some(self.defer(&pending[group.end], why).await);
-                    return settled_run(settled, group.end + 1);
+            if let Stop::NeedTargets(missing) = &group.stop {
+                let wanted: Vec<&SourceRef> = missing.iter().collect();
+                if let Err(e) = self.store.load_targets(account, &wanted, snap).await {
+                    return self.failed_at(pending, &mut settled, e).await;
                 }
-                return settled_run(settled, group.end);
-            };
-            let recent = group.recent(pending, snap, now);
-            let answer = self.store.commit_all(&group.units(pending), &recent).await;
+                work.targets.extend(missing.iter().cloned());
+                continue;
+            }
+            let full = group.stop == Stop::Full;
+            if group.members.is_empty() {
+                return (settled_run(settled, pending.len()), None);
+            }
+            let units = group.units(pending);
+            let answer = self
+                .store
+                .commit_all(&units, Some(group.loan_write(account)))
+                .await;
+            drop(units);
             match answer {
                 Ok(outcomes) if outcomes.iter().all(|o| *o == CommitOutcome::Committed) => {
-                    let end = group.end;
-                    for (index, result) in group.committed(snap, recent) {
-                        settled[index] = Some(result);
+                    for answer in group.committed(pending, snap) {
+                        match answer {
+                            Answer::Message(index, result) => settled[index] = Some(result),
+                            Answer::Released(source, result) => {
+                                tracing::info!(source = %source, "parked fact judged again");
+                                work.released.push(result);
+                            }
+                        }
                     }
-                    return settled_run(settled, end);
+                    if full {
+                        // The rest goes into the next group (the ready parked facts first).
+                        let end = first_unsettled(&settled).unwrap_or(pending.len());
+                        return (settled_run(settled, end), None);
+                    }
                 }
                 Ok(outcomes) => {
                     let mut reread = false;
-                    for (member, outcome) in group.members.iter().zip(outcomes) {
-                        let p = &pending[member.index];
-                        match outcome {
-                            CommitOutcome::Duplicate => {
-                                settled[member.index] = Some(MessageResult::Duplicate);
+                    for (member, outcome) in group.members_with_units().zip(outcomes) {
+                        let index = match &member.subject {
+                            Subject::Pending(index) => Some(*index),
+                            Subject::Released(_) => None,
+                        };
+                        match (outcome, index) {
+                            (CommitOutcome::Duplicate, Some(i)) => {
+                                settled[i] = Some(MessageResult::Duplicate);
                             }
-                            CommitOutcome::Collision { stored } => {
-                                settled[member.index] = Some(self.collision(p, &stored).await);
+                            (CommitOutcome::Collision { stored }, Some(i)) => {
+                                settled[i] = Some(self.collision(&pending[i], &stored).await);
                             }
-                            CommitOutcome::Withdrawn => {}
+                            (CommitOutcome::Withdrawn, _) => {}
                             _ => reread = true,
                         }
                     }
                     if reread {
-                        *snapshot = None;
+                        work.snapshot = None;
                         attempt += 1;
                         if attempt >= self.config.max_commit_attempts {
-                            let first = first_unsettled(&settled);
-                            settled[first] = Some(MessageResult::Retry {
-                                reason: format!("still conflicting after {attempt} attempts"),
-                            });
-                            return settled_run(settled, first + 1);
+                            let error = StoreError::Transient(format!(
+                                "still conflicting after {attempt} attempts"
+                            ));
+                            return self.failed_at(pending, &mut settled, error).await;
                         }
                         tracing::info!(attempt, "concurrent change; re-reading");
                         tokio::time::sleep(backoff(attempt, self.config.conflict_backoff)).await;
                     }
                 }
-                // Nothing was written: the same events again, one per transaction.
-                Err(StoreError::Rejected(_)) if group.members.len() > 1 => *max_units = 1,
+                // Nothing was written: the same facts again, one per transaction.
+                Err(StoreError::Rejected(_)) if group.members.len() > 1 => work.max_units = 1,
                 Err(e) => {
                     // The commit may or may not have happened (e.g. a lost response).
-                    *snapshot = None;
-                    settled[first] = Some(self.store_failure(&pending[first], e).await);
-                    return settled_run(settled, first + 1);
+                    work.snapshot = None;
+                    return self.failed_at(pending, &mut settled, e).await;
                 }
             }
         }
     }
 
-    /// Out-of-order delivery: retried by SQS until the receive budget is spent, then quarantined.
-    async fn defer(&self, p: &Pending<'_>, why: &servicing_domain::Deferral) -> MessageResult {
-        if p.receive_count < self.config.deferral_receive_budget {
-            return MessageResult::Retry {
-                reason: why.to_string(),
-            };
-        }
-        let reason = format!(
-            "retry budget spent after {} deliveries: {why}",
-            p.receive_count
-        );
-        let entry = p.quarantine_entry(why.code(), &reason);
-        self.quarantine(&entry).await
+    /// A store failure while settling: the first unsettled event gets it (quarantined when
+    /// DynamoDB refuses it as such, else retried), and with it the run ends.
+    async fn failed_at(
+        &self,
+        pending: &[Pending<'_>],
+        settled: &mut Vec<Option<MessageResult>>,
+        error: StoreError,
+    ) -> (Vec<MessageResult>, Option<usize>) {
+        let Some(first) = first_unsettled(settled) else {
+            tracing::warn!(error = %error, "a parked fact's commit failed; it stays parked");
+            return (settled_run(std::mem::take(settled), pending.len()), Some(pending.len()));
+        };
+        let result = self.store_failure(&pending[first], error).await;
+        let retry = matches!(result, MessageResult::Retry { .. });
+        settled[first] = Some(result);
+        let run = settled_run(std::mem::take(settled), first + 1);
+        (run, retry.then_some(first))
     }
 
     async fn collision(&self, p: &Pending<'_>, stored: &Fingerprint) -> MessageResult {
@@ -431,28 +477,9 @@ impl BatchReport {
     }
 }
 
-/// Duplicates of facts the loan lists as recently applied are settled from the state already
-/// read: no request, and the group of the new facts beside them is not cancelled by their
-/// claims. Anything else goes through its claim.
-fn settle_recent_duplicates(
-    pending: &[Pending<'_>],
-    settled: &mut [Option<MessageResult>],
-    snapshot: &Snapshot,
-    now: i64,
-) {
-    let Some(state) = &snapshot.account else {
-        return;
-    };
-    for (p, slot) in pending.iter().zip(settled) {
-        if slot.is_none() && state.recent.holds(&p.event.source, &p.fingerprint, now) {
-            *slot = Some(MessageResult::Duplicate);
-        }
-    }
-}
-
-/// The first event without an answer (there is one while a group is being settled).
-fn first_unsettled(settled: &[Option<MessageResult>]) -> usize {
-    settled.iter().position(Option::is_none).unwrap_or(0)
+/// The first event without an answer.
+fn first_unsettled(settled: &[Option<MessageResult>]) -> Option<usize> {
+    settled.iter().position(Option::is_none)
 }
 
 /// The answers of the first `len` events, all settled by then.
@@ -466,6 +493,23 @@ fn settled_run(settled: Vec<Option<MessageResult>>, len: usize) -> Vec<MessageRe
             })
         })
         .collect()
+}
+
+/// One account's answers: per message, and the verdicts of its parked facts judged again.
+struct AccountResults {
+    messages: Vec<(String, MessageResult)>,
+    released: Vec<MessageResult>,
+}
+
+/// What settling an account's events carries from one group to the next.
+struct AccountWork {
+    /// The payments its reversals refer to (read with the account).
+    targets: Vec<SourceRef>,
+    snapshot: Option<Snapshot>,
+    /// Facts per transaction; 1 for the rest of the batch once DynamoDB refused a group's
+    /// request as such (too large, invalid), so one bad item cannot take the others with it.
+    max_units: usize,
+    released: Vec<MessageResult>,
 }
 
 fn receive_count(message: &SqsMessage) -> u32 {

@@ -9,6 +9,12 @@ pub struct BatchCounts {
     pub collision: u64,
     pub stale: u64,
     pub quarantined: u64,
+    /// Parked until the fact they wait for is applied (acknowledged).
+    pub parked: u64,
+    /// Parked facts judged again in this batch (their verdicts are in the counts above too:
+    /// `messages + released = applied + duplicate + collision + stale + quarantined + parked +
+    /// retried`).
+    pub released: u64,
     /// Reported as batch item failures (SQS redelivers them).
     pub retried: u64,
     /// `TransactWriteItems` requests the batch cost (shared by its accounts).
@@ -23,19 +29,22 @@ impl BatchCounts {
             MessageResult::Duplicate => &mut self.duplicate,
             MessageResult::Collision => &mut self.collision,
             MessageResult::Quarantined { .. } => &mut self.quarantined,
+            MessageResult::Parked => &mut self.parked,
             MessageResult::Retry { .. } => &mut self.retried,
         };
         *slot += 1;
     }
 
     /// EMF metric names and values (namespace `LoanServicing`, dimension `Consumer`).
-    pub fn metrics(&self) -> [(&'static str, u64); 7] {
+    pub fn metrics(&self) -> [(&'static str, u64); 9] {
         [
             ("Applied", self.applied),
             ("Duplicate", self.duplicate),
             ("Collision", self.collision),
             ("Stale", self.stale),
             ("Quarantined", self.quarantined),
+            ("Parked", self.parked),
+            ("Released", self.released),
             ("Retried", self.retried),
             ("Transactions", self.transactions),
         ]

@@ -17,9 +17,11 @@ pub enum Outcome {
     Stale { sequence: u64, last_applied: u64 },
     /// A permanent business error: quarantine with the reason, acknowledge.
     Rejected(Rejection),
-    /// Not applicable yet (out-of-order delivery): retry later, quarantine once the retry budget
-    /// is spent.
+    /// Not applicable yet (out-of-order delivery): parked until what it waits for is applied.
     Deferred(Deferral),
+    /// Its effect is already in the state although its claim is gone (a reversal redelivered
+    /// after its claim expired finds the payment reversed by itself): a duplicate.
+    AlreadyApplied,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,11 +80,17 @@ impl From<MoneyError> for Rejection {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// What a fact waits for before it can be judged (it is parked until then).
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, thiserror::Error, serde::Serialize, serde::Deserialize,
+)]
+#[serde(tag = "kind")]
 pub enum Deferral {
     #[error("account is not opened yet")]
+    #[serde(rename = "ACCOUNT_OPENING")]
     AccountNotOpened,
     #[error("reversal target {0} has not been applied yet")]
+    #[serde(rename = "PAYMENT")]
     ReversalTargetNotApplied(SourceRef),
 }
 
@@ -93,16 +101,35 @@ impl Deferral {
             Deferral::ReversalTargetNotApplied(_) => "reversal_target_missing",
         }
     }
+
+    /// The awaited fact in words, for operators.
+    pub fn awaited(&self, account: &crate::AccountId) -> String {
+        match self {
+            Deferral::AccountNotOpened => format!("the LOAN_OPENED of account {account}"),
+            Deferral::ReversalTargetNotApplied(payment) => {
+                format!("payment {payment} applied on account {account}")
+            }
+        }
+    }
+}
+
+/// What is known of the payment a reversal refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReversalTarget<'a> {
+    /// Applied on some account, with its stored allocation.
+    Applied(&'a StoredAllocation),
+    /// Applied on another account (known from its claim, which names the account).
+    AppliedElsewhere(&'a crate::AccountId),
 }
 
 /// Applies `event` to `account` (`None` when the account does not exist).
 ///
-/// For a `PAYMENT_REVERSED`, `reversal_target` must be the stored allocation of
-/// `event.reversal_target()` if one exists; it is ignored for every other event.
+/// For a `PAYMENT_REVERSED`, `reversal_target` says what is known of the payment of
+/// `event.reversal_target()` (`None`: not applied); it is ignored for every other event.
 pub fn apply(
     account: Option<&LoanAccount>,
     event: &ServicingEvent,
-    reversal_target: Option<&StoredAllocation>,
+    reversal_target: Option<ReversalTarget<'_>>,
 ) -> Outcome {
     match step(account, event, reversal_target) {
         Ok(outcome) => outcome,
@@ -113,7 +140,7 @@ pub fn apply(
 fn step(
     account: Option<&LoanAccount>,
     event: &ServicingEvent,
-    reversal_target: Option<&StoredAllocation>,
+    reversal_target: Option<ReversalTarget<'_>>,
 ) -> Result<Outcome, Rejection> {
     let date = event.business_date();
     let (account, mut next) = match (&event.kind, account) {
@@ -231,19 +258,22 @@ fn step(
             reversal_of,
         } => {
             let minor = in_currency(amount)?;
-            let Some(target) = reversal_target.filter(|t| &t.payment == reversal_of) else {
-                return Ok(Outcome::Deferred(Deferral::ReversalTargetNotApplied(
-                    reversal_of.clone(),
-                )));
+            let target = match reversal_target {
+                Some(ReversalTarget::Applied(t)) if &t.payment == reversal_of => t,
+                Some(ReversalTarget::AppliedElsewhere(other)) => {
+                    return Ok(mismatch(reversal_of, other, &event.account_id));
+                }
+                _ => {
+                    return Ok(Outcome::Deferred(Deferral::ReversalTargetNotApplied(
+                        reversal_of.clone(),
+                    )));
+                }
             };
             if target.account_id != event.account_id {
-                return Ok(reject(
-                    "reversal_account_mismatch",
-                    format!(
-                        "payment {reversal_of} belongs to account {}, not {}",
-                        target.account_id, event.account_id
-                    ),
-                ));
+                return Ok(mismatch(reversal_of, &target.account_id, &event.account_id));
+            }
+            if target.reversed_by.as_ref() == Some(&event.source) {
+                return Ok(Outcome::AlreadyApplied);
             }
             if let Some(by) = &target.reversed_by {
                 return Ok(reject(
@@ -309,6 +339,13 @@ fn step(
         allocation,
         outbox,
     })))
+}
+
+fn mismatch(payment: &SourceRef, owner: &crate::AccountId, account: &crate::AccountId) -> Outcome {
+    reject(
+        "reversal_account_mismatch",
+        format!("payment {payment} belongs to account {owner}, not {account}"),
+    )
 }
 
 fn domain_event(

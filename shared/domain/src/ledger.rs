@@ -1,5 +1,5 @@
 //! An in-memory ledger with the full consumer semantics (claims, duplicates, collisions, stale,
-//! quarantine, deferral): the reference the DynamoDB-backed consumer is compared with, and what
+//! quarantine, parking): the reference the DynamoDB-backed consumer is compared with, and what
 //! `ledgerctl replay` runs. Not a persistence layer.
 
 use std::collections::{BTreeMap, HashMap};
@@ -8,13 +8,14 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::account::{LoanAccount, StoredAllocation};
-use crate::apply::{AllocationWrite, Deferral, Outcome, apply};
+use crate::apply::{AllocationWrite, Deferral, Outcome, ReversalTarget, apply};
 use crate::event::ServicingEvent;
 use crate::fingerprint::Fingerprint;
 use crate::outbox::{DomainEvent, detail_types};
+use crate::parking::{Arrival, ParkedFact, ParkedFacts};
 use crate::types::{AccountId, SourceRef};
 
-/// What happened to one delivered message.
+/// What happened to one delivered message (or to a parked fact judged again).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Disposition {
     Applied,
@@ -27,20 +28,47 @@ pub enum Disposition {
     Quarantined {
         reason: String,
     },
-    Deferred(Deferral),
+    /// Kept with its raw body until what it waits for is applied; acknowledged.
+    Parked(Deferral),
 }
 
-/// Counts per delivery: each delivery lands in exactly one disposition, so `received` is the sum
-/// of the others (a deferred message that is delivered again counts once per delivery).
+/// Counts of judgments: every delivery and every parked fact judged again (`released`) lands in
+/// exactly one of the other counts, so `received + released` is their sum, and
+/// `parked - released` is what is still parked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
     pub received: u64,
+    pub released: u64,
     pub applied: u64,
     pub stale: u64,
     pub duplicates: u64,
     pub collisions: u64,
     pub quarantined: u64,
-    pub deferred: u64,
+    pub parked: u64,
+}
+
+impl Counts {
+    /// `received + released = applied + stale + duplicates + collisions + quarantined + parked`.
+    pub fn balances(&self) -> bool {
+        self.received + self.released
+            == self.applied
+                + self.stale
+                + self.duplicates
+                + self.collisions
+                + self.quarantined
+                + self.parked
+    }
+
+    fn count(&mut self, disposition: &Disposition) {
+        match disposition {
+            Disposition::Applied => self.applied += 1,
+            Disposition::Stale => self.stale += 1,
+            Disposition::Duplicate => self.duplicates += 1,
+            Disposition::Collision { .. } => self.collisions += 1,
+            Disposition::Quarantined { .. } => self.quarantined += 1,
+            Disposition::Parked(_) => self.parked += 1,
+        }
+    }
 }
 
 /// A message that will not be applied, with what an operator needs to decide about it.
@@ -52,16 +80,13 @@ pub struct QuarantineRecord {
     pub raw_body: String,
 }
 
-#[derive(Debug, Clone)]
-struct Claim {
-    fingerprint: Fingerprint,
-}
-
 #[derive(Debug, Default)]
 pub struct Ledger {
     accounts: BTreeMap<AccountId, LoanAccount>,
     allocations: BTreeMap<SourceRef, StoredAllocation>,
-    claims: HashMap<SourceRef, Claim>,
+    /// Judged or parked facts, by identity, with their payload fingerprint.
+    claims: HashMap<SourceRef, Fingerprint>,
+    parked: BTreeMap<AccountId, ParkedFacts>,
     outbox: Vec<DomainEvent>,
     quarantine: Vec<QuarantineRecord>,
     counts: Counts,
@@ -96,69 +121,174 @@ impl Ledger {
         &self.quarantine
     }
 
+    /// Every fact still parked, by account, in order of receipt.
+    pub fn parked(&self) -> impl Iterator<Item = (&AccountId, &ParkedFact)> {
+        self.parked
+            .iter()
+            .flat_map(|(account, facts)| facts.iter().map(move |f| (account, f)))
+    }
+
     /// Handles one delivery of a message body.
     pub fn ingest(&mut self, body: &[u8]) -> Disposition {
-        self.deliver(body, false)
+        let message_id = format!("m{}", self.counts.received + 1);
+        self.ingest_at(body, &message_id, 0)
     }
 
-    /// Replays a stream: every body in order, then the deferred ones again (as SQS would
-    /// redeliver them) until `retry_budget` deliveries are spent; on its last delivery a message
-    /// that is still deferred goes to quarantine instead.
-    pub fn replay<'a>(&mut self, bodies: impl IntoIterator<Item = &'a [u8]>, retry_budget: u32) {
-        let mut pending: Vec<&[u8]> = bodies.into_iter().collect();
-        for delivery in 1..=retry_budget.max(1) {
-            let last = delivery == retry_budget.max(1);
-            pending.retain(|body| matches!(self.deliver(body, last), Disposition::Deferred(_)));
-        }
-    }
-
-    /// Each delivery lands in exactly one count, so `received` is the sum of the others.
-    fn deliver(&mut self, body: &[u8], last_delivery: bool) -> Disposition {
+    /// Handles one delivery of a message body, received at `now` (epoch seconds, the time a
+    /// parked fact is parked at).
+    pub fn ingest_at(&mut self, body: &[u8], message_id: &str, now: i64) -> Disposition {
         self.counts.received += 1;
-        let mut disposition = self.judge(body);
-        if let (Disposition::Deferred(why), true) = (&disposition, last_delivery) {
-            let reason = format!("retry budget spent: {} ({why})", why.code());
-            let source = ServicingEvent::decode(body).ok().map(|e| e.source);
-            disposition = self.quarantine_raw(body, source, reason);
-        }
-        match &disposition {
-            Disposition::Applied => self.counts.applied += 1,
-            Disposition::Stale => self.counts.stale += 1,
-            Disposition::Duplicate => self.counts.duplicates += 1,
-            Disposition::Collision { .. } => self.counts.collisions += 1,
-            Disposition::Quarantined { .. } => self.counts.quarantined += 1,
-            Disposition::Deferred(_) => self.counts.deferred += 1,
+        let (disposition, account) = self.judge_delivery(body, message_id, now);
+        self.counts.count(&disposition);
+        if let (Disposition::Applied, Some(account)) = (&disposition, account) {
+            self.release_ready(&account);
         }
         disposition
     }
 
-    fn judge(&mut self, body: &[u8]) -> Disposition {
+    /// Replays a stream: every body once, in order.
+    pub fn replay<'a>(&mut self, bodies: impl IntoIterator<Item = &'a [u8]>) {
+        for body in bodies {
+            self.ingest(body);
+        }
+    }
+
+    /// What the scheduled reconciler does: every fact parked before `parked_before` is
+    /// quarantined as `awaited_fact_missing`, and a reversal waiting for a payment that was
+    /// applied on another account as `reversal_account_mismatch`, whatever its age. Their
+    /// claims are released, so a resend can still apply. Returns how many were quarantined.
+    pub fn expire_parked(&mut self, parked_before: i64) -> usize {
+        let mut expired = Vec::new();
+        for (account, facts) in &self.parked {
+            for fact in facts.iter() {
+                let elsewhere = match &fact.awaits {
+                    Some(Deferral::ReversalTargetNotApplied(p)) => self
+                        .allocations
+                        .get(p)
+                        .filter(|a| &a.account_id != account)
+                        .map(|a| a.account_id.clone()),
+                    _ => None,
+                };
+                let reason = match (elsewhere, &fact.awaits) {
+                    (Some(owner), Some(awaits)) => Some(format!(
+                        "reversal_account_mismatch: {} belongs to account {owner}, not {account}",
+                        awaits_payment(awaits)
+                    )),
+                    (None, Some(awaits)) if fact.parked_at < parked_before => Some(format!(
+                        "awaited_fact_missing: still waiting for {}",
+                        awaits.awaited(account)
+                    )),
+                    _ => None,
+                };
+                if let Some(reason) = reason {
+                    expired.push((account.clone(), fact.source.clone(), reason));
+                }
+            }
+        }
+        for (account, source, reason) in &expired {
+            let Some(fact) = self.parked.get_mut(account).and_then(|f| f.remove(source)) else {
+                continue;
+            };
+            self.claims.remove(source);
+            self.quarantine_raw(fact.body.as_bytes(), Some(fact.source), reason.clone());
+        }
+        self.parked.retain(|_, facts| !facts.is_empty());
+        expired.len()
+    }
+
+    /// A delivery: decoded, deduplicated by its claim, then judged. Returns the account it
+    /// touched when it applied (its ready parked facts go next).
+    fn judge_delivery(
+        &mut self,
+        body: &[u8],
+        message_id: &str,
+        now: i64,
+    ) -> (Disposition, Option<AccountId>) {
         let event = match ServicingEvent::decode(body) {
             Ok(event) => event,
-            Err(e) => return self.quarantine_raw(body, None, e.to_string()),
+            Err(e) => return (self.quarantine_raw(body, None, e.to_string()), None),
         };
         let fingerprint = Fingerprint::of(&event);
-        if let Some(claim) = self.claims.get(&event.source) {
-            if claim.fingerprint == fingerprint {
-                return Disposition::Duplicate;
+        if let Some(stored) = self.claims.get(&event.source) {
+            if stored == &fingerprint {
+                return (Disposition::Duplicate, None);
             }
-            let stored = claim.fingerprint.clone();
+            let stored = stored.clone();
             self.quarantine_raw(
                 body,
                 Some(event.source.clone()),
                 format!("collision: stored {stored}, received {fingerprint}"),
             );
-            return Disposition::Collision {
+            let collision = Disposition::Collision {
                 stored,
                 received: fingerprint,
             };
+            return (collision, None);
         }
+        // Judged and parked facts are claimed, whatever the verdict, so a redelivery is a
+        // duplicate (or a collision).
+        self.claims.insert(event.source.clone(), fingerprint.clone());
+        let disposition = match self.judge(&event, body) {
+            Err(awaits) => {
+                let arrival = Arrival {
+                    source: &event.source,
+                    fingerprint: &fingerprint,
+                    message_id,
+                    body: &String::from_utf8_lossy(body),
+                    now,
+                };
+                self.parked
+                    .entry(event.account_id.clone())
+                    .or_default()
+                    .park(arrival, awaits.clone());
+                Disposition::Parked(awaits)
+            }
+            Ok(disposition) => disposition,
+        };
+        (disposition, Some(event.account_id))
+    }
 
+    /// The account's parked facts whose awaited fact has been applied, judged again in order of
+    /// receipt, each right after what it waited for (and what they release in turn).
+    fn release_ready(&mut self, account: &AccountId) {
+        loop {
+            let Some(fact) = self
+                .parked
+                .get_mut(account)
+                .and_then(ParkedFacts::take_next_ready)
+            else {
+                break;
+            };
+            self.counts.released += 1;
+            let disposition = match ServicingEvent::decode(fact.body.as_bytes()) {
+                Err(e) => self.quarantine_raw(
+                    fact.body.as_bytes(),
+                    Some(fact.source.clone()),
+                    e.to_string(),
+                ),
+                Ok(event) => match self.judge(&event, fact.body.as_bytes()) {
+                    Ok(disposition) => disposition,
+                    Err(awaits) => {
+                        if let Some(facts) = self.parked.get_mut(account) {
+                            facts.park_again(fact, awaits.clone());
+                        }
+                        Disposition::Parked(awaits)
+                    }
+                },
+            };
+            self.counts.count(&disposition);
+        }
+        self.parked.retain(|_, facts| !facts.is_empty());
+    }
+
+    /// Applies a (claimed) event; `Err` with what it waits for when it must be parked.
+    fn judge(&mut self, event: &ServicingEvent, body: &[u8]) -> Result<Disposition, Deferral> {
         let target = event
             .reversal_target()
-            .and_then(|r| self.allocations.get(r));
-        let outcome = apply(self.accounts.get(&event.account_id), &event, target);
-        let disposition = match outcome {
+            .and_then(|r| self.allocations.get(r))
+            .map(ReversalTarget::Applied);
+        let outcome = apply(self.accounts.get(&event.account_id), event, target);
+        Ok(match outcome {
             Outcome::Applied(applied) => {
                 match applied.allocation {
                     Some(AllocationWrite::Record(stored)) => {
@@ -174,17 +304,18 @@ impl Ledger {
                 self.accounts
                     .insert(applied.account.account_id.clone(), applied.account);
                 self.outbox.extend(applied.outbox);
+                if let Some(parked) = self.parked.get_mut(&event.account_id) {
+                    parked.on_applied(event);
+                }
                 Disposition::Applied
             }
             Outcome::Stale { .. } => Disposition::Stale,
+            Outcome::AlreadyApplied => Disposition::Duplicate,
             Outcome::Rejected(rejection) => {
                 self.quarantine_raw(body, Some(event.source.clone()), rejection.to_string())
             }
-            Outcome::Deferred(why) => return Disposition::Deferred(why),
-        };
-        // Judged facts are claimed, whatever the verdict, so a redelivery is a duplicate.
-        self.claims.insert(event.source, Claim { fingerprint });
-        disposition
+            Outcome::Deferred(why) => return Err(why),
+        })
     }
 
     fn quarantine_raw(
@@ -212,6 +343,11 @@ impl Ledger {
         json!({
             "accounts": accounts,
             "counts": self.counts,
+            "parked": self.parked().map(|(account, fact)| json!({
+                "accountId": account,
+                "source": fact.source.to_string(),
+                "awaits": fact.awaits.as_ref().map(|a| a.awaited(account)),
+            })).collect::<Vec<_>>(),
             "quarantine": self.quarantine.iter().map(|q| json!({
                 "source": q.source.as_ref().map(ToString::to_string),
                 "reason": q.reason,
@@ -234,5 +370,12 @@ impl Ledger {
             .values()
             .filter(|a| a.account_id == account.account_id);
         crate::report::account_report(account, allocations, &changes)
+    }
+}
+
+fn awaits_payment(awaits: &Deferral) -> String {
+    match awaits {
+        Deferral::ReversalTargetNotApplied(payment) => format!("payment {payment}"),
+        Deferral::AccountNotOpened => "the opening".to_owned(),
     }
 }

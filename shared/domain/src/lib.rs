@@ -7,15 +7,17 @@ pub mod event;
 pub mod fingerprint;
 pub mod ledger;
 pub mod outbox;
+pub mod parking;
 pub mod report;
 pub mod types;
 
 pub use account::{
     Allocation, Bucket, Installment, InstallmentPayment, LoanAccount, StoredAllocation,
 };
-pub use apply::{AllocationWrite, Applied, Deferral, Outcome, Rejection, apply};
+pub use apply::{AllocationWrite, Applied, Deferral, Outcome, Rejection, ReversalTarget, apply};
 pub use event::{DecodeError, EventKind, ServicingEvent};
 pub use fingerprint::Fingerprint;
 pub use ledger::{Counts, Disposition, Ledger, QuarantineRecord};
 pub use outbox::DomainEvent;
+pub use parking::{Arrival, ParkedFact, ParkedFacts};
 pub use types::{AccountId, Amount, Currency, Money, SourceRef};

@@ -167,7 +167,7 @@ proptest! {
         let Some(servicing_domain::AllocationWrite::Record(stored)) = paid.allocation.clone() else { panic!("allocation") };
         let reversal = ServicingEvent::from_value(&event("r-x", "PAYMENT_REVERSED", &time,
             json!({"amountMinor": amount, "currency": "EUR", "reversalOf": {"sourceSystem": "test", "sourceEventId": "p-x"}}))).expect("valid");
-        let Outcome::Applied(reversed) = apply(Some(&paid.account), &reversal, Some(&stored)) else { panic!("reversal applies") };
+        let Outcome::Applied(reversed) = apply(Some(&paid.account), &reversal, Some(servicing_domain::ReversalTarget::Applied(&stored))) else { panic!("reversal applies") };
         prop_assert_eq!(&reversed.account, &before);
     }
 
@@ -213,9 +213,9 @@ proptest! {
             delivered.insert(at, (i, body));
         }
         let mut once = Ledger::new();
-        once.replay(events.iter().map(String::as_bytes), 3);
+        once.replay(events.iter().map(String::as_bytes));
         let mut duplicated = Ledger::new();
-        duplicated.replay(delivered.iter().map(|(_, b)| b.as_bytes()), 3);
+        duplicated.replay(delivered.iter().map(|(_, b)| b.as_bytes()));
 
         let strip = |mut report: Value| {
             report["counts"]["duplicates"] = Value::Null;

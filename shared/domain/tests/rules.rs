@@ -54,48 +54,92 @@ fn quarantine_reason(d: &Disposition) -> &str {
 }
 
 #[test]
-fn when_a_reversal_arrives_before_its_payment_should_defer_then_apply_on_redelivery() {
+fn when_a_reversal_arrives_before_its_payment_should_park_it_and_apply_it_right_after() {
     let mut ledger = Ledger::new();
-    let stream = [
-        opened("2026-09-01T00:00:00Z", 100_000).to_string(),
-        reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p1").to_string(),
-        pay("p1", "2026-09-02T00:00:00Z", 5_000).to_string(),
-    ];
-    ledger.replay(stream.iter().map(|s| s.as_bytes()), 3);
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p1"),
+            pay("p1", "2026-09-02T00:00:00Z", 5_000),
+            reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p1"),
+        ],
+    );
+    assert!(matches!(&d[1], Disposition::Parked(why) if why.code() == "reversal_target_missing"));
+    assert_eq!(d[3], Disposition::Duplicate, "a parked fact, once applied, is claimed");
     let c = ledger.counts();
-    assert_eq!((c.applied, c.deferred, c.quarantined), (3, 1, 0));
+    assert_eq!((c.applied, c.parked, c.released, c.quarantined), (3, 1, 1, 0));
+    assert!(c.balances());
     assert_eq!(account(&ledger).principal_outstanding_minor, 100_000);
+    assert_eq!(ledger.parked().count(), 0);
 }
 
 #[test]
-fn when_the_reversal_target_never_arrives_should_quarantine_after_the_budget() {
+fn when_the_reversal_target_never_arrives_should_quarantine_it_after_the_park_retention() {
     let mut ledger = Ledger::new();
     let stream = [
         opened("2026-09-01T00:00:00Z", 100_000).to_string(),
         reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p-missing").to_string(),
     ];
-    ledger.replay(stream.iter().map(|s| s.as_bytes()), 4);
-    let c = ledger.counts();
-    assert_eq!(
-        (c.applied, c.deferred, c.quarantined, c.received),
-        (1, 3, 1, 5)
-    );
-    assert!(
-        ledger.quarantine()[0]
-            .reason
-            .contains("reversal_target_missing")
-    );
+    ledger.replay(stream.iter().map(|s| s.as_bytes()));
+    assert_eq!(ledger.parked().count(), 1);
+    assert_eq!(ledger.expire_parked(0), 0, "not older than the cutoff yet");
+    assert_eq!(ledger.expire_parked(1), 1);
+    assert!(ledger.quarantine()[0].reason.starts_with("awaited_fact_missing"));
+    assert!(ledger.quarantine()[0].reason.contains("test:p-missing"));
     assert!(
         ledger.quarantine()[0].raw_body.contains("p-missing"),
         "raw body is kept"
     );
+    // Its claim is released: a resend can still apply once the payment is there.
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            pay("p-missing", "2026-09-02T00:00:00Z", 5_000),
+            reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p-missing"),
+        ],
+    );
+    assert_eq!(d, [Disposition::Applied, Disposition::Applied]);
 }
 
 #[test]
-fn when_an_event_arrives_for_an_unopened_account_should_defer() {
+fn when_events_arrive_before_their_opening_should_park_them_and_apply_them_in_order_after_it() {
     let mut ledger = Ledger::new();
-    let d = ingest_all(&mut ledger, &[pay("p1", "2026-09-02T00:00:00Z", 5_000)]);
-    assert!(matches!(&d[0], Disposition::Deferred(why) if why.code() == "account_not_opened"));
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            pay("p1", "2026-09-02T00:00:00Z", 5_000),
+            reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p1"),
+            opened("2026-09-01T00:00:00Z", 100_000),
+        ],
+    );
+    assert!(matches!(&d[0], Disposition::Parked(why) if why.code() == "account_not_opened"));
+    assert!(matches!(&d[1], Disposition::Parked(_)));
+    assert_eq!(d[2], Disposition::Applied);
+    let c = ledger.counts();
+    assert_eq!((c.applied, c.parked, c.released), (3, 2, 2));
+    assert_eq!(account(&ledger).principal_outstanding_minor, 100_000);
+    assert!(ledger.allocations().all(|a| a.reversed_by.is_some()));
+}
+
+#[test]
+fn when_a_reversal_refers_to_another_accounts_payment_should_reject_it() {
+    let mut ledger = Ledger::new();
+    let mut other_open = opened("2026-09-01T00:00:00Z", 100_000);
+    other_open["accountId"] = json!("acc_2");
+    other_open["sourceEventId"] = json!("open-2");
+    let mut other_pay = pay("p1", "2026-09-02T00:00:00Z", 5_000);
+    other_pay["accountId"] = json!("acc_2");
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            other_open,
+            other_pay,
+            reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p1"),
+        ],
+    );
+    assert!(quarantine_reason(&d[3]).starts_with("reversal_account_mismatch"));
 }
 
 #[test]

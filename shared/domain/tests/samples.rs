@@ -9,7 +9,7 @@ use servicing_domain::Ledger;
 
 fn replay(bodies: &[String]) -> Ledger {
     let mut ledger = Ledger::new();
-    ledger.replay(bodies.iter().map(|b| b.as_bytes()), 5);
+    ledger.replay(bodies.iter().map(|b| b.as_bytes()));
     ledger
 }
 

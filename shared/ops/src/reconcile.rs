@@ -19,6 +19,8 @@ pub struct Reconciliation {
     pub stale: u64,
     /// Business rejections: claimed and quarantined.
     pub rejected: u64,
+    /// Claimed as parked: waiting for another fact (their opening, the payment they reverse).
+    pub parked: u64,
     /// Quarantined without a claim: undecodable input, collisions, spent retry budgets.
     pub quarantined_unclaimed: u64,
     pub collisions: u64,
@@ -49,6 +51,7 @@ impl Reconciliation {
         self.applied
             + self.stale
             + self.rejected
+            + self.parked
             + self.quarantined_unclaimed
             + self.source.as_ref().map_or(0, |s| s.unaccounted)
     }
@@ -76,6 +79,10 @@ impl Reconciliation {
         }
         out.push(format!("  - stale                   {:>7}", self.stale));
         out.push(format!("  - rejected (quarantined)  {:>7}", self.rejected));
+        out.push(format!(
+            "  - parked (waiting)        {:>7}  (for their opening or the payment they reverse)",
+            self.parked
+        ));
         out.push(format!(
             "  - quarantined, unclaimed  {:>7}  (of which collisions {})",
             self.quarantined_unclaimed, self.collisions
@@ -209,6 +216,7 @@ pub async fn reconcile(
             Some("APPLIED") => report.applied += 1,
             Some("STALE") => report.stale += 1,
             Some("REJECTED") => report.rejected += 1,
+            Some("PARKED") => report.parked += 1,
             other => report
                 .problems
                 .push(format!("claim with unknown verdict {other:?}")),

@@ -201,14 +201,16 @@ impl PaymentsApi {
 
     async fn get_loan(&self, account: &str) -> Result<Response<Body>, Problem> {
         let id = parse_account(account)?;
-        let current = self
+        let loan = self
             .store
             .load(&id, &[])
             .await
             .map_err(store_problem)?
-            .account
-            .ok_or_else(|| unknown_account(&id))?;
-        let a = &current.account;
+            .loan;
+        // A loan item without an account only holds facts parked before its opening.
+        let Some((a, version)) = loan.and_then(|l| Some((l.account?, l.version))) else {
+            return Err(unknown_account(&id));
+        };
         let body = json!({
             "accountId": a.account_id,
             "currency": a.currency,
@@ -221,7 +223,7 @@ impl PaymentsApi {
             "dpd": a.dpd,
             "delinquencyBucket": a.delinquency_bucket,
             "businessDate": a.business_date,
-            "version": current.version,
+            "version": version,
         });
         Ok(json_response(200, &body.to_string(), false))
     }
@@ -233,7 +235,7 @@ impl PaymentsApi {
             .load(&id, &[])
             .await
             .map_err(store_problem)?
-            .account
+            .account()
             .is_none()
         {
             return Err(unknown_account(&id));

@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use servicing_domain::{AccountId, DomainEvent, LoanAccount, SourceRef, StoredAllocation};
+use servicing_domain::{AccountId, DomainEvent, ParkedFacts, SourceRef, StoredAllocation};
 
-use crate::{RecentFacts, StoreError, Versioned};
+use crate::{LoanItem, RecentFacts, StoreError};
 
 pub type Item = HashMap<String, AttributeValue>;
 
@@ -21,6 +21,9 @@ pub const REVERSED_BY: &str = "reversedBy";
 pub const CURRENCY: &str = "currency";
 /// The loan item's recently applied facts (`RecentFacts`).
 pub const RECENT_FACTS: &str = "recentFacts";
+/// The loan item's parked facts (`ParkedFacts`, absent when none).
+pub const PARKED_FACTS: &str = "parkedFacts";
+pub const ACCOUNT_ID: &str = "accountId";
 
 pub fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
@@ -96,28 +99,46 @@ fn with_key(mut item: Item, key: (String, String), item_type: &str) -> Item {
     item
 }
 
-pub fn loan_item(
-    account: &LoanAccount,
-    version: u64,
-    recent: &RecentFacts,
-) -> Result<Item, StoreError> {
-    let item: Item = serde_dynamo::to_item(account).map_err(encode_error)?;
-    let mut item = with_key(item, loan_key(&account.account_id), "LOAN");
-    item.insert(VERSION.to_owned(), n(version));
-    if !recent.is_empty() {
-        item.insert(RECENT_FACTS.to_owned(), recent.encode());
+/// The loan item: the account's fields (absent while the account is not opened and the item
+/// only holds facts parked before its opening), its version, recent and parked facts.
+pub fn loan_item(loan: &LoanItem) -> Result<Item, StoreError> {
+    let item: Item = match &loan.account {
+        Some(account) => serde_dynamo::to_item(account).map_err(encode_error)?,
+        None => HashMap::from([(ACCOUNT_ID.to_owned(), s(loan.account_id.as_str()))]),
+    };
+    let mut item = with_key(item, loan_key(&loan.account_id), "LOAN");
+    item.insert(VERSION.to_owned(), n(loan.version));
+    if !loan.recent.is_empty() {
+        item.insert(RECENT_FACTS.to_owned(), loan.recent.encode());
+    }
+    if !loan.parked.is_empty() {
+        let parked = serde_dynamo::to_attribute_value(&loan.parked).map_err(encode_error)?;
+        item.insert(PARKED_FACTS.to_owned(), parked);
     }
     Ok(item)
 }
 
-pub fn loan_from_item(item: Item) -> Result<Versioned, StoreError> {
+pub fn loan_from_item(mut item: Item) -> Result<LoanItem, StoreError> {
     let version = number(&item, VERSION)?;
     let recent = RecentFacts::decode(item.get(RECENT_FACTS))?;
-    let account = serde_dynamo::from_item(item).map_err(decode_error)?;
-    Ok(Versioned {
+    let parked: ParkedFacts = match item.remove(PARKED_FACTS) {
+        Some(value) => serde_dynamo::from_attribute_value(value).map_err(decode_error)?,
+        None => ParkedFacts::default(),
+    };
+    let account_id = string(&item, ACCOUNT_ID)
+        .and_then(|id| AccountId::parse(id).ok())
+        .ok_or_else(|| StoreError::Corrupt("loan item without a valid accountId".into()))?;
+    let account = if item.contains_key(CURRENCY) {
+        Some(serde_dynamo::from_item(item).map_err(decode_error)?)
+    } else {
+        None
+    };
+    Ok(LoanItem {
+        account_id,
         account,
         version,
         recent,
+        parked,
     })
 }
 
@@ -144,6 +165,8 @@ pub enum Verdict {
     Applied,
     Stale,
     Rejected,
+    /// Waiting on the loan item for another fact; judged again when that one applies.
+    Parked,
 }
 
 impl Verdict {
@@ -152,6 +175,7 @@ impl Verdict {
             Verdict::Applied => "APPLIED",
             Verdict::Stale => "STALE",
             Verdict::Rejected => "REJECTED",
+            Verdict::Parked => "PARKED",
         }
     }
 }
@@ -174,6 +198,15 @@ pub fn claim_item(
     item.insert("claimedAt".into(), n(now));
     item.insert(EXPIRES_AT.into(), n(expires_at));
     item
+}
+
+/// The account a claim says its fact was applied on, when that is another than `account`.
+pub fn applied_elsewhere(claim: &Item, account: &AccountId) -> Option<AccountId> {
+    if string(claim, VERDICT) != Some(Verdict::Applied.as_str()) {
+        return None;
+    }
+    let owner = AccountId::parse(string(claim, ACCOUNT_ID)?).ok()?;
+    (&owner != account).then_some(owner)
 }
 
 /// The EventBridge `source` of events emitted by a consumer.

@@ -21,18 +21,21 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    CancellationReason, ConditionCheck, KeysAndAttributes, Put,
+    CancellationReason, ConditionCheck, Delete, KeysAndAttributes, Put,
     ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use servicing_domain::{
-    AccountId, AllocationWrite, Applied, Currency, Fingerprint, LoanAccount, SourceRef,
-    StoredAllocation,
+    AccountId, AllocationWrite, Applied, Currency, Fingerprint, LoanAccount, ParkedFacts,
+    ReversalTarget, SourceRef, StoredAllocation,
 };
 
 pub use combine::{MAX_TRANSACTION_ITEMS, Participant};
 pub use faults::{Fault, FaultPlan};
 use items::{Item, Verdict, n, s};
 pub use recent::{RECENT_FACTS_MAX, RECENT_FACTS_WINDOW, RecentFacts};
+
+/// DynamoDB's limit of keys per `BatchGetItem`.
+const BATCH_GET_MAX_KEYS: usize = 100;
 
 /// Default retention of idempotency claims: longer than any replay an operator may run.
 pub const DEFAULT_CLAIM_RETENTION: Duration = Duration::from_secs(35 * 24 * 3600);
@@ -57,20 +60,50 @@ impl StoreError {
     }
 }
 
-/// A loan account with the version its item carries (optimistic concurrency) and the facts
-/// recently applied to it.
+/// The loan item: the account (`None` while only facts parked before its opening are held),
+/// the version the item carries (optimistic concurrency: +1 per fact that changes it), the
+/// facts recently applied to it and the facts parked on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Versioned {
-    pub account: LoanAccount,
+pub struct LoanItem {
+    pub account_id: AccountId,
+    pub account: Option<LoanAccount>,
     pub version: u64,
     pub recent: RecentFacts,
+    pub parked: ParkedFacts,
 }
 
-/// What one consistent read of an account returns.
+/// What is known of a reversal's payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Applied on this account: its stored allocation.
+    Applied(StoredAllocation),
+    /// Claimed as applied on another account.
+    Elsewhere(AccountId),
+    /// Not applied (no allocation here, no applied claim anywhere).
+    NotApplied,
+}
+
+/// What consistent reads of an account return: its loan item and what is known of the payments
+/// its reversals refer to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    pub account: Option<Versioned>,
-    pub allocations: HashMap<SourceRef, StoredAllocation>,
+    pub loan: Option<LoanItem>,
+    pub targets: HashMap<SourceRef, Target>,
+}
+
+impl Snapshot {
+    pub fn account(&self) -> Option<&LoanAccount> {
+        self.loan.as_ref().and_then(|l| l.account.as_ref())
+    }
+
+    /// What a reversal of `payment` finds: `None` when the payment was never read.
+    pub fn reversal_target(&self, payment: &SourceRef) -> Option<Option<ReversalTarget<'_>>> {
+        Some(match self.targets.get(payment)? {
+            Target::Applied(allocation) => Some(ReversalTarget::Applied(allocation)),
+            Target::Elsewhere(account) => Some(ReversalTarget::AppliedElsewhere(account)),
+            Target::NotApplied => None,
+        })
+    }
 }
 
 /// The effect a unit of work commits next to its claim.
@@ -82,6 +115,8 @@ pub enum Effect<'a> {
     Stale,
     /// A business rejection: the claim and the quarantine item.
     Reject(QuarantineEntry<'a>),
+    /// Parked (it waits for another fact): the claim only; the fact itself is on the loan item.
+    Park,
     /// A downstream consumer's claim, with the intent of an external action when the event
     /// calls for one (the loan is not involved: no version check).
     Intent(Option<&'a ActionIntent>),
@@ -147,11 +182,25 @@ pub struct UnitOfWork<'a> {
     pub event_type: &'a str,
     pub account_id: &'a AccountId,
     pub fingerprint: &'a Fingerprint,
-    /// The loan version the judgment was made against (`None`: the account did not exist).
-    /// Every effect is conditioned on it, so no verdict rests on a state that has moved on. In
-    /// a transaction of several units, each unit's version is the one its predecessors leave.
-    pub expected_version: Option<u64>,
+    /// A parked fact judged again: its claim replaces its own `PARKED` claim instead of being
+    /// created.
+    pub released: bool,
     pub effect: Effect<'a>,
+}
+
+/// The loan item's part in a transaction (its condition is every verdict's condition).
+#[derive(Debug, Clone, Copy)]
+pub enum LoanWrite<'a> {
+    /// Put the new item, where the stored one is at `expected` (`None`: no item yet).
+    Put {
+        item: &'a LoanItem,
+        expected: Option<u64>,
+    },
+    /// The item is unchanged: only check it is still at `expected`.
+    Check {
+        account_id: &'a AccountId,
+        expected: Option<u64>,
+    },
 }
 
 /// How a commit ended, when DynamoDB answered.
@@ -191,9 +240,17 @@ enum Role {
     Claim(usize),
     /// The loan write or version check shared by the units.
     Loan,
-    /// Unit `i`'s own conditional item (its allocation, or its action intent).
+    /// Unit `i`'s own conditional item whose failure means the state moved (a released fact's
+    /// claim): re-read.
     Condition(usize),
-    /// An unconditional put (outbox, quarantine).
+    /// Unit `i`'s own create-only item, keyed by the fact (its allocation, outbox events,
+    /// action intent): if it exists, this very fact was applied before although its claim is
+    /// gone — a duplicate, which no re-read would change.
+    Evidence(usize),
+    /// Unit `i`'s mark on the payment it reverses: refused with the payment's allocation
+    /// (`ALL_OLD`), which tells this reversal (a duplicate) from another one (re-read).
+    Reversal(usize),
+    /// An unconditional put (quarantine).
     Plain,
 }
 
@@ -230,6 +287,14 @@ pub enum CommandOutcome {
     CurrencyMismatch { account_currency: String },
     /// Another request with the same key is being committed right now (`TransactionConflict`).
     InFlight,
+}
+
+/// A parked fact to take off its account, with the quarantine code and reason.
+#[derive(Debug, Clone)]
+pub struct ExpiredFact<'a> {
+    pub fact: &'a servicing_domain::ParkedFact,
+    pub code: &'a str,
+    pub reason: String,
 }
 
 /// A message that will not be applied, as stored for operators.
@@ -343,14 +408,16 @@ impl ServicingStore {
         &self.config.table
     }
 
-    /// One consistent read of the account and, in the same request, the stored allocations of
-    /// `payments` (the targets of reversals in the batch).
+    /// One consistent read of the account's loan item and, in the same request, what is known
+    /// of `payments` (the payments its reversals refer to): the allocation in this account's
+    /// partition, or else the payment's claim, which names the account it was applied on.
     #[tracing::instrument(skip_all, fields(account = %account_id))]
     pub async fn load(
         &self,
         account_id: &AccountId,
         payments: &[&SourceRef],
     ) -> Result<Snapshot, StoreError> {
+        let mut snapshot = Snapshot::default();
         if payments.is_empty() {
             let got = self
                 .client
@@ -361,27 +428,77 @@ impl ServicingStore {
                 .send()
                 .await
                 .map_err(classify)?;
-            let account = got.item.map(items::loan_from_item).transpose()?;
-            return Ok(Snapshot {
-                account,
-                allocations: HashMap::new(),
-            });
+            snapshot.loan = got.item.map(items::loan_from_item).transpose()?;
+            return Ok(snapshot);
         }
+        let loan = items::loan_key(account_id);
+        snapshot.loan = self.read_targets(account_id, payments, Some(loan), &mut snapshot.targets).await?
+            .map(items::loan_from_item)
+            .transpose()?;
+        Ok(snapshot)
+    }
 
-        let mut keys = vec![items::key_item(items::loan_key(account_id))];
-        keys.extend(
-            payments
-                .iter()
-                .map(|p| items::key_item(items::allocation_key(account_id, p))),
-        );
-        keys.dedup();
-        let mut snapshot = Snapshot::default();
+    /// Reads what is known of `payments` into `snapshot` (a reversal's payment that was not
+    /// read with the account: e.g. a parked reversal released later in the batch).
+    pub async fn load_targets(
+        &self,
+        account_id: &AccountId,
+        payments: &[&SourceRef],
+        snapshot: &mut Snapshot,
+    ) -> Result<(), StoreError> {
+        self.read_targets(account_id, payments, None, &mut snapshot.targets)
+            .await
+            .map(|_| ())
+    }
+
+    /// `BatchGetItem` of `loan` (returned) and, per payment, its allocation here and its claim;
+    /// each payment's target goes into `targets`.
+    async fn read_targets(
+        &self,
+        account_id: &AccountId,
+        payments: &[&SourceRef],
+        loan: Option<(String, String)>,
+        targets: &mut HashMap<SourceRef, Target>,
+    ) -> Result<Option<Item>, StoreError> {
+        // A batch may refer to one payment several times (a reversal and a chargeback): each
+        // key once, or DynamoDB refuses the request.
+        let unique: std::collections::BTreeSet<&SourceRef> = payments.iter().copied().collect();
+        let mut keys: Vec<(String, String)> = loan.iter().cloned().collect();
+        for payment in &unique {
+            keys.push(items::allocation_key(account_id, payment));
+            keys.push(items::claim_key(&self.config.consumer, payment));
+        }
+        let mut found: HashMap<(String, String), Item> = HashMap::new();
+        for chunk in keys.chunks(BATCH_GET_MAX_KEYS) {
+            found.extend(self.batch_get(chunk).await?);
+        }
+        for payment in unique {
+            let allocation = found.remove(&items::allocation_key(account_id, payment));
+            let claim = found.remove(&items::claim_key(&self.config.consumer, payment));
+            let target = match (allocation, claim) {
+                (Some(item), _) => Target::Applied(items::allocation_from_item(item)?),
+                (None, Some(claim)) => match items::applied_elsewhere(&claim, account_id) {
+                    Some(other) => Target::Elsewhere(other),
+                    None => Target::NotApplied,
+                },
+                (None, None) => Target::NotApplied,
+            };
+            targets.insert(payment.clone(), target);
+        }
+        Ok(loan.and_then(|key| found.remove(&key)))
+    }
+
+    /// One `BatchGetItem` (consistent), asked again for what DynamoDB leaves unprocessed.
+    async fn batch_get(
+        &self,
+        keys: &[(String, String)],
+    ) -> Result<HashMap<(String, String), Item>, StoreError> {
         let mut request = KeysAndAttributes::builder()
-            .set_keys(Some(keys))
+            .set_keys(Some(keys.iter().cloned().map(items::key_item).collect()))
             .consistent_read(true)
             .build()
             .map_err(invalid_request)?;
-        // BatchGetItem may return part of the keys as unprocessed: ask again for those.
+        let mut found = HashMap::new();
         for _ in 0..5 {
             let got = self
                 .client
@@ -395,21 +512,18 @@ impl ServicingStore {
                 .and_then(|mut r| r.remove(&self.config.table))
                 .unwrap_or_default()
             {
-                if items::string(&item, items::ITEM_TYPE) == Some("LOAN") {
-                    snapshot.account = Some(items::loan_from_item(item)?);
-                } else {
-                    let allocation = items::allocation_from_item(item)?;
-                    snapshot
-                        .allocations
-                        .insert(allocation.payment.clone(), allocation);
-                }
+                let key = (
+                    items::string(&item, items::PK).unwrap_or_default().to_owned(),
+                    items::string(&item, items::SK).unwrap_or_default().to_owned(),
+                );
+                found.insert(key, item);
             }
             match got
                 .unprocessed_keys
                 .and_then(|mut u| u.remove(&self.config.table))
             {
                 Some(rest) if !rest.keys.is_empty() => request = rest,
-                _ => return Ok(snapshot),
+                _ => return Ok(found),
             }
         }
         Err(StoreError::Transient(
@@ -420,31 +534,28 @@ impl ServicingStore {
     /// Commits one unit of work that leaves the loan alone (a downstream consumer's claim) as
     /// ONE `TransactWriteItems`.
     pub async fn commit(&self, unit: &UnitOfWork<'_>) -> Result<CommitOutcome, StoreError> {
-        let no_loan_write = RecentFacts::default();
         let units = std::slice::from_ref(unit);
-        let mut outcomes = self.commit_all(units, &no_loan_write).await?;
+        let mut outcomes = self.commit_all(units, None).await?;
         outcomes
             .pop()
             .ok_or_else(|| StoreError::Rejected("a commit without its outcome".into()))
     }
 
     /// Commits the units of ONE account (in order, each judged on the state its predecessors
-    /// leave) in ONE `TransactWriteItems` (which concurrent commits of other accounts may share);
-    /// the loan is written once with the last state, the version advanced by the number of
-    /// applied units and `recent` (the loan's recent facts with the applied units added). One
-    /// outcome per unit, in order: all `Committed`, or none committed.
+    /// leave) and its loan write in ONE `TransactWriteItems` (which concurrent commits of other
+    /// accounts may share). One outcome per unit, in order: all `Committed`, or none committed.
     #[tracing::instrument(skip_all, fields(units = units.len()))]
     pub async fn commit_all(
         &self,
         units: &[UnitOfWork<'_>],
-        recent: &RecentFacts,
+        loan: Option<LoanWrite<'_>>,
     ) -> Result<Vec<CommitOutcome>, StoreError> {
         let fault = self.faults.next();
         if let Some(injected) = fault.before_commit() {
             return injected.map(|outcome| vec![outcome; units.len()]);
         }
         let (now, now_millis) = now_epoch();
-        let transaction = self.transaction_items(units, recent, now, now_millis)?;
+        let transaction = self.transaction_items(units, loan, now, now_millis)?;
         let outcomes = match self.combiner.send(transaction.items).await? {
             combine::Answer::Committed => vec![CommitOutcome::Committed; units.len()],
             combine::Answer::Withdrawn => vec![CommitOutcome::Withdrawn; units.len()],
@@ -478,7 +589,7 @@ impl ServicingStore {
     pub fn transaction_items(
         &self,
         units: &[UnitOfWork<'_>],
-        recent: &RecentFacts,
+        loan: Option<LoanWrite<'_>>,
         now: i64,
         now_millis: i64,
     ) -> Result<Transaction, StoreError> {
@@ -486,8 +597,16 @@ impl ServicingStore {
             items: Vec::with_capacity(units.len() * 4 + 1),
             roles: Vec::with_capacity(units.len() * 4 + 1),
         };
-        if let Some(loan) = self.loan_item_of(units, recent)? {
-            transaction.push(Role::Loan, loan);
+        match loan {
+            Some(LoanWrite::Put { item, expected }) => {
+                let put = self.put(items::loan_item(item)?, Some(version_condition(expected)))?;
+                transaction.push(Role::Loan, put);
+            }
+            Some(LoanWrite::Check {
+                account_id,
+                expected,
+            }) => transaction.push(Role::Loan, self.version_check(account_id, expected)?),
+            None => {}
         }
         let expires_at = now + self.config.claim_retention.as_secs() as i64;
         for (i, unit) in units.iter().enumerate() {
@@ -495,75 +614,49 @@ impl ServicingStore {
                 Effect::Apply(_) | Effect::Intent(_) => Verdict::Applied,
                 Effect::Stale => Verdict::Stale,
                 Effect::Reject(_) => Verdict::Rejected,
+                Effect::Park => Verdict::Parked,
             };
             let claim = items::claim_item(&self.config.consumer, unit, verdict, now, expires_at);
-            transaction.push(Role::Claim(i), self.claim_put(claim, now)?);
+            if unit.released {
+                // Its own PARKED claim (or none, if an operator removed it): the loan's version
+                // condition guarantees the fact is still parked.
+                let condition = (
+                    "attribute_not_exists(pk) OR #verdict = :parked",
+                    Some(HashMap::from([("#verdict".to_owned(), items::VERDICT.to_owned())])),
+                    Some(HashMap::from([(":parked".to_owned(), s(Verdict::Parked.as_str()))])),
+                );
+                transaction.push(Role::Condition(i), self.put(claim, Some(condition))?);
+            } else {
+                transaction.push(Role::Claim(i), self.claim_put(claim, now)?);
+            }
 
             match &unit.effect {
                 Effect::Apply(applied) => {
                     if let Some(allocation) = &applied.allocation {
-                        let write = self.allocation_write(unit.account_id, allocation)?;
-                        transaction.push(Role::Condition(i), write);
+                        let role = match allocation {
+                            AllocationWrite::Record(_) => Role::Evidence(i),
+                            AllocationWrite::MarkReversed { .. } => Role::Reversal(i),
+                        };
+                        transaction.push(role, self.allocation_write(unit.account_id, allocation)?);
                     }
                     for event in &applied.outbox {
                         let item =
                             items::outbox_item(&self.config.consumer, event, now, expires_at);
-                        transaction.push(Role::Plain, self.put(item, None)?);
+                        transaction.push(Role::Evidence(i), self.put(item, Some(CREATE_ONLY))?);
                     }
                 }
                 Effect::Intent(Some(intent)) => {
                     let item = items::action_item(intent, now);
-                    transaction.push(Role::Condition(i), self.put(item, Some(CREATE_ONLY))?);
+                    transaction.push(Role::Evidence(i), self.put(item, Some(CREATE_ONLY))?);
                 }
                 Effect::Reject(entry) => {
                     let item = self.quarantine_item(entry, now_millis);
                     transaction.push(Role::Plain, self.put(item, None)?);
                 }
-                Effect::Intent(None) | Effect::Stale => {}
+                Effect::Intent(None) | Effect::Stale | Effect::Park => {}
             }
         }
         Ok(transaction)
-    }
-
-    /// The one loan item of a transaction: the last applied state, written on the first unit's
-    /// version and advanced by one per applied unit; a version check when no unit applies;
-    /// nothing when no unit involves the loan (downstream claims). The units must chain: each
-    /// judged on the version its predecessors leave.
-    fn loan_item_of(
-        &self,
-        units: &[UnitOfWork<'_>],
-        recent: &RecentFacts,
-    ) -> Result<Option<TransactWriteItem>, StoreError> {
-        let mut involved = units
-            .iter()
-            .filter(|u| !matches!(u.effect, Effect::Intent(_)));
-        let Some(first) = involved.next() else {
-            return Ok(None);
-        };
-        let mut version = first.expected_version;
-        let mut last_state = None;
-        for unit in std::iter::once(first).chain(involved) {
-            if unit.account_id != first.account_id || unit.expected_version != version {
-                return Err(StoreError::Rejected(format!(
-                    "units of one transaction must be one account's, in order: {} at {:?} after {:?}",
-                    unit.source, unit.expected_version, version
-                )));
-            }
-            if let Effect::Apply(applied) = &unit.effect {
-                version = Some(version.map_or(1, |v| v + 1));
-                last_state = Some(&applied.account);
-            }
-        }
-        match last_state {
-            Some(account) => {
-                let item = items::loan_item(account, version.unwrap_or(1), recent)?;
-                let condition = version_condition(first.expected_version);
-                self.put(item, Some(condition)).map(Some)
-            }
-            None => self
-                .version_check(first.account_id, first.expected_version)
-                .map(Some),
-        }
     }
 
     fn allocation_write(
@@ -587,6 +680,10 @@ impl ServicingStore {
                     )
                     .expression_attribute_names("#reversedBy", items::REVERSED_BY)
                     .expression_attribute_values(":reversal", items::source_ref_value(reversal)?)
+                    // Tells this reversal (reversedBy is itself: a duplicate) from another.
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
                     .build()
                     .map_err(invalid_request)?;
                 Ok(TransactWriteItem::builder().update(update).build())
@@ -746,7 +843,7 @@ impl ServicingStore {
         &self,
         account_id: &AccountId,
     ) -> Result<Option<serde_json::Value>, StoreError> {
-        let Some(current) = self.load(account_id, &[]).await?.account else {
+        let Some(account) = self.load(account_id, &[]).await?.loan.and_then(|l| l.account) else {
             return Ok(None);
         };
         let allocations = self.allocations(account_id).await?;
@@ -757,7 +854,7 @@ impl ServicingStore {
             )
             .await?;
         Ok(Some(servicing_domain::report::account_report(
-            &current.account,
+            &account,
             &allocations,
             &changes,
         )))
@@ -846,12 +943,14 @@ impl ServicingStore {
             return Ok(CommandOutcome::Existing(stored));
         }
         if code(1) == "ConditionalCheckFailed" {
-            return Ok(match reasons[1].item() {
+            // No item, or only the facts parked before its opening (no currency): missing.
+            let currency = reasons[1]
+                .item()
+                .and_then(|account| items::string(account, items::CURRENCY));
+            return Ok(match currency {
                 None => CommandOutcome::AccountMissing,
-                Some(account) => CommandOutcome::CurrencyMismatch {
-                    account_currency: items::string(account, items::CURRENCY)
-                        .unwrap_or_default()
-                        .to_owned(),
+                Some(currency) => CommandOutcome::CurrencyMismatch {
+                    account_currency: currency.to_owned(),
                 },
             });
         }
@@ -947,6 +1046,124 @@ impl ServicingStore {
         }
     }
 
+    /// Takes parked facts off an account for good (the reconciler: waited past the park
+    /// retention, or a reversal whose payment was applied on another account), in ONE
+    /// transaction per loan item: the loan item without them (deleted when it only held them),
+    /// their `PARKED` claims deleted — so a resend can still apply — and a quarantine item each
+    /// with its raw body. `Ok(false)` when the loan item moved meanwhile (read it again).
+    pub async fn expire_parked(
+        &self,
+        loan: &LoanItem,
+        expired: &[ExpiredFact<'_>],
+    ) -> Result<bool, StoreError> {
+        let (_, now_millis) = now_epoch();
+        let mut next = loan.clone();
+        for fact in expired {
+            next.parked.remove(&fact.fact.source);
+        }
+        next.version += 1;
+        let expected = version_condition(Some(loan.version));
+        let loan_write = if next.account.is_none() && next.parked.is_empty() {
+            let (condition, names, values) = expected;
+            let delete = Delete::builder()
+                .table_name(&self.config.table)
+                .set_key(Some(items::key_item(items::loan_key(&loan.account_id))))
+                .condition_expression(condition)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .build()
+                .map_err(invalid_request)?;
+            TransactWriteItem::builder().delete(delete).build()
+        } else {
+            self.put(items::loan_item(&next)?, Some(expected))?
+        };
+        let mut request = self.client.transact_write_items().transact_items(loan_write);
+        for expired in expired {
+            let fact = expired.fact;
+            let claim = Delete::builder()
+                .table_name(&self.config.table)
+                .set_key(Some(items::key_item(items::claim_key(&self.config.consumer, &fact.source))))
+                .condition_expression("attribute_not_exists(pk) OR #verdict = :parked")
+                .expression_attribute_names("#verdict", items::VERDICT)
+                .expression_attribute_values(":parked", s(Verdict::Parked.as_str()))
+                .build()
+                .map_err(invalid_request)?;
+            let entry = QuarantineEntry {
+                source: Some(&fact.source),
+                account_id: Some(&loan.account_id),
+                received_fingerprint: Some(&fact.fingerprint),
+                ..QuarantineEntry::new(&fact.message_id, &fact.body, expired.code, &expired.reason)
+            };
+            request = request
+                .transact_items(TransactWriteItem::builder().delete(claim).build())
+                .transact_items(self.put(self.quarantine_item(&entry, now_millis), None)?);
+        }
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => match e.into_service_error() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    let codes: Vec<&str> = c
+                        .cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code().unwrap_or("None"))
+                        .collect();
+                    if codes.iter().all(|c| matches!(*c, "None" | "ConditionalCheckFailed" | "TransactionConflict")) {
+                        Ok(false)
+                    } else {
+                        Err(StoreError::Transient(format!("transaction cancelled: {codes:?}")))
+                    }
+                }
+                other => Err(classify_service(other)),
+            },
+        }
+    }
+
+    /// Every loan item that holds parked facts (a scan: for operators and the daily job).
+    pub async fn parked_loans(&self) -> Result<Vec<LoanItem>, StoreError> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.config.table)
+                .filter_expression("itemType = :loan AND attribute_exists(#parked)")
+                .expression_attribute_names("#parked", items::PARKED_FACTS)
+                .expression_attribute_values(":loan", s("LOAN"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in page.items.unwrap_or_default() {
+                out.push(items::loan_from_item(item)?);
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The claim `consumer`'s store holds for `source` says it was applied on another account
+    /// than `account`: that account.
+    pub async fn applied_elsewhere(
+        &self,
+        source: &SourceRef,
+        account: &AccountId,
+    ) -> Result<Option<AccountId>, StoreError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::claim_key(&self.config.consumer, source))))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(got.item.and_then(|claim| items::applied_elsewhere(&claim, account)))
+    }
+
     /// Stores a quarantine item on its own (undecodable input, collisions, spent retry budgets:
     /// nothing to claim). Written with a plain put: a redelivered message gets a second record
     /// rather than none.
@@ -1001,7 +1218,10 @@ impl Transaction {
 }
 
 /// Maps the reasons of a cancelled transaction to one outcome per unit. A refused claim wins
-/// for its unit: the fact was judged before. The other units share the reason the transaction
+/// for its unit: the fact was judged before. So does a refused item that only this fact could
+/// have written (its allocation, outbox event or action, or its own mark on the payment it
+/// reverses): the fact was applied before, its claim is gone (expired) — a duplicate, which no
+/// re-read could change. The other units share the reason the transaction
 /// failed for: the loan moved (`VersionConflict`), an allocation or action item was not as
 /// judged (`BusinessConditionFailed`), a concurrent transaction (`Contended`), or only refused
 /// claims (`Withdrawn`). DynamoDB reports a reason per item (both local engines too), so every
@@ -1036,6 +1256,21 @@ fn map_cancellation(
             }
             (Role::Loan, "ConditionalCheckFailed") => loan_moved = true,
             (Role::Condition(i), "ConditionalCheckFailed") => condition_failed[*i] = true,
+            (Role::Evidence(i), "ConditionalCheckFailed") => {
+                refused[*i].get_or_insert(CommitOutcome::Duplicate);
+            }
+            (Role::Reversal(i), "ConditionalCheckFailed") => {
+                let by_itself = reason
+                    .item()
+                    .and_then(|item| item.get(items::REVERSED_BY))
+                    .and_then(|v| serde_dynamo::from_attribute_value::<_, SourceRef>(v.clone()).ok())
+                    .is_some_and(|by| &by == units[*i].source);
+                if by_itself {
+                    refused[*i].get_or_insert(CommitOutcome::Duplicate);
+                } else {
+                    condition_failed[*i] = true;
+                }
+            }
             (_, "TransactionConflict") => contended = true,
             (_, "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded") => {
                 throttled = true

@@ -12,14 +12,16 @@ mod state;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage:
-  ledgerctl replay <events.jsonl> [--inject-duplicates PERCENT] [--seed N] [--retry-budget N]
+  ledgerctl replay <events.jsonl> [--inject-duplicates PERCENT] [--seed N]
       deliver that share of the lines a second time, each copy after its original (seeded,
-      reproducible); deferred events are delivered up to the retry budget (default 5)
+      reproducible); facts that wait for another are parked and applied right after it
   ledgerctl state --table TABLE <accountId> [--expect FILE.expected.json]
       print the stored account; with --expect, exit 1 unless every state field matches
   ledgerctl reconcile --table TABLE [--consumer account-state] [--hours 24] [--source FILE.jsonl]
       SourceEventCount -> CanonicalUniqueEventCount -> AppliedBusinessEventCount and the money
       checks; exit 1 unless the identity holds
+  ledgerctl parked list --table TABLE
+      every parked fact: its account, identity, since when, and what it waits for
   ledgerctl quarantine list --table TABLE [--consumer C]
   ledgerctl quarantine inspect --table TABLE <id>...
   ledgerctl quarantine redrive --table TABLE --queue URL <id>...
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
         Some((command, rest)) if command == "state" => state::parse(rest).map(|a| state::run(&a)),
         Some((command, rest)) if command == "reconcile" => ops::reconcile(rest),
         Some((command, rest)) if command == "quarantine" => ops::quarantine(rest),
+        Some((command, rest)) if command == "parked" => ops::parked(rest),
         Some((command, rest)) if command == "send" => ops::send(rest),
         _ => Err("expected a command".to_owned()),
     };

@@ -164,6 +164,30 @@ pub fn quarantine(args: &[String]) -> Result<ExitCode, String> {
     Ok(exit(result))
 }
 
+/// `parked list --table T`
+pub fn parked(args: &[String]) -> Result<ExitCode, String> {
+    let (action, rest) = args.split_first().ok_or("parked needs list")?;
+    if action != "list" {
+        return Err(format!("unknown parked action {action:?}"));
+    }
+    let args = Args::parse(rest, &[])?;
+    let table = args.required("table")?.to_owned();
+    let result = runtime()?.block_on(async {
+        let sdk = aws_setup::load().await;
+        let store = servicing_store::ServicingStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            servicing_store::StoreConfig::new(&table, "account-state"),
+        );
+        let parked = servicing_ops::parked::list(&store).await?;
+        for view in &parked {
+            println!("{}", view.line());
+        }
+        println!("{} parked", parked.len());
+        Ok(true)
+    });
+    Ok(exit(result))
+}
+
 /// `send --table T --queue URL FILE [--retention-days N] [--allow-beyond-retention]`
 pub fn send(args: &[String]) -> Result<ExitCode, String> {
     let args = Args::parse(args, &["allow-beyond-retention"])?;

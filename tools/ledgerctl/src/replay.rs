@@ -11,7 +11,6 @@ pub struct ReplayArgs {
     path: String,
     duplicate_percent: u64,
     seed: u64,
-    retry_budget: u32,
 }
 
 pub fn parse(args: &[String]) -> Result<ReplayArgs, String> {
@@ -19,7 +18,6 @@ pub fn parse(args: &[String]) -> Result<ReplayArgs, String> {
         path: String::new(),
         duplicate_percent: 0,
         seed: 7,
-        retry_budget: 5,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -32,9 +30,6 @@ pub fn parse(args: &[String]) -> Result<ReplayArgs, String> {
         match arg.as_str() {
             "--inject-duplicates" => parsed.duplicate_percent = number(arg)?,
             "--seed" => parsed.seed = number(arg)?,
-            "--retry-budget" => {
-                parsed.retry_budget = u32::try_from(number(arg)?).map_err(|e| e.to_string())?
-            }
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
             path if parsed.path.is_empty() => parsed.path = path.to_owned(),
             extra => return Err(format!("unexpected argument {extra:?}")),
@@ -88,7 +83,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     );
 
     let mut ledger = Ledger::new();
-    ledger.replay(delivered, args.retry_budget);
+    ledger.replay(delivered);
 
     match serde_json::to_string_pretty(&ledger.report()) {
         Ok(text) => println!("{text}"),
@@ -98,18 +93,19 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         }
     }
     let c = ledger.counts();
-    let accounted = c.applied + c.stale + c.duplicates + c.collisions + c.quarantined + c.deferred;
-    let balanced = accounted == c.received;
+    let balanced = c.balances();
     println!(
-        "reconciliation: received {} = applied {} + stale {} + duplicates {} + collisions {} + quarantined {} + deferred {} -> {}",
+        "reconciliation: received {} + released {} = applied {} + stale {} + duplicates {} + collisions {} + quarantined {} + parked {} -> {} ({} still parked)",
         c.received,
+        c.released,
         c.applied,
         c.stale,
         c.duplicates,
         c.collisions,
         c.quarantined,
-        c.deferred,
-        if balanced { "OK" } else { "MISMATCH" }
+        c.parked,
+        if balanced { "OK" } else { "MISMATCH" },
+        c.parked - c.released
     );
     if balanced {
         ExitCode::SUCCESS
