@@ -21,7 +21,7 @@ on_both_engines!(
     when_the_commit_fails_before_it_is_sent_should_write_nothing_and_apply_on_redelivery,
     when_the_response_is_lost_after_the_commit_should_count_the_redelivery_as_duplicate,
     when_dynamodb_reports_a_transaction_conflict_should_retry_in_place,
-    when_an_event_fails_should_fail_the_later_events_of_its_account_only,
+    when_a_reversal_precedes_its_payment_in_a_batch_should_park_it_and_apply_it_right_after,
     when_counting_requests_should_cost_one_read_per_account_and_one_transaction_per_batch,
     when_a_batch_mixes_duplicates_collisions_and_new_facts_should_settle_each_from_one_refusal,
     when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_them_in_order,
@@ -617,46 +617,17 @@ fn bad_input_corpus() -> Vec<Bad> {
             "was already reversed by psp:bad-first-reversal",
         ),
     ];
-    let mut past_budget = |body: String, code, reason| {
-        corpus.push(Bad {
-            body,
-            receive_count: 3,
-            code,
-            reason,
-        });
-    };
-    past_budget(
-        varied(
-            "b38",
-            json!({"eventType": "PAYMENT_REVERSED", "reversalOf": {"sourceSystem": "psp", "sourceEventId": "never-paid"}}),
-        ),
-        "reversal_target_missing",
-        "retry budget spent after 3 deliveries: reversal target psp:never-paid has not been applied yet",
-    );
-    past_budget(
-        varied("b39", json!({"accountId": "acc_never_opened"})),
-        "account_not_opened",
-        "retry budget spent after 3 deliveries: account is not opened yet",
-    );
-    past_budget(
-        varied(
-            "b40",
-            json!({"eventType": "INTEREST_ACCRUED", "accountId": "acc_never_opened_2"}),
-        ),
-        "account_not_opened",
-        "retry budget spent",
-    );
-    // A reversal naming another account's payment: allocations live in the payment's account
-    // partition, so from acc_bad_other it is never found (retried, then quarantined).
-    past_budget(
+    // A reversal naming another account's payment: the payment's claim names the account it
+    // was applied on, so it is rejected at once (not parked).
+    corpus.push(bad(
         varied(
             "b41",
             json!({"eventType": "PAYMENT_REVERSED", "amountMinor": 500, "accountId": "acc_bad_other",
                              "reversalOf": {"sourceSystem": "psp", "sourceEventId": "bad-paid"}}),
         ),
-        "reversal_target_missing",
-        "reversal target psp:bad-paid has not been applied yet",
-    );
+        "reversal_account_mismatch",
+        "payment psp:bad-paid belongs to account acc_bad, not acc_bad_other",
+    ));
     corpus
 }
 
@@ -854,18 +825,16 @@ async fn when_dynamodb_reports_a_transaction_conflict_should_retry_in_place(engi
     );
 }
 
-async fn when_an_event_fails_should_fail_the_later_events_of_its_account_only(engine: Engine) {
+async fn when_a_reversal_precedes_its_payment_in_a_batch_should_park_it_and_apply_it_right_after(
+    engine: Engine,
+) {
     let servicing = Servicing::new(engine).await;
     opened(&servicing, "acc_block_a", 100_000).await;
     opened(&servicing, "acc_block_b", 100_000).await;
     let handler = servicing.handler();
-    // The reversal precedes its payment in the batch: it is deferred, and so is everything after
-    // it on that account, to keep the account's order; the other account goes on.
-    let reversal = json!({"sourceSystem": "psp", "sourceEventId": "rev-x", "eventType": "PAYMENT_REVERSED",
-        "accountId": "acc_block_a", "eventTime": "2026-09-11T10:00:00Z", "amountMinor": 1_000, "currency": "EUR",
-        "reversalOf": {"sourceSystem": "psp", "sourceEventId": "pay-x"}}).to_string();
+    // The reversal overtook its payment: parked and acknowledged, applied right after it.
     let batch = [
-        ("1".to_owned(), reversal.clone()),
+        ("1".to_owned(), reversal("acc_block_a", "rev-x", "pay-x", 1_000)),
         ("2".to_owned(), payment("acc_block_a", "pay-x", 1_000)),
         ("3".to_owned(), payment("acc_block_b", "pay-y", 2_000)),
     ];
@@ -878,46 +847,22 @@ async fn when_an_event_fails_should_fail_the_later_events_of_its_account_only(en
         )
         .await;
     let by_id: BTreeMap<_, _> = report.results.iter().cloned().collect();
-    assert!(
-        matches!(&by_id["1"], MessageResult::Retry { reason } if reason.contains("has not been applied yet"))
-    );
-    assert!(
-        matches!(&by_id["2"], MessageResult::Retry { reason } if reason.contains("an earlier event of this account failed"))
-    );
+    assert_eq!(by_id["1"], MessageResult::Parked);
+    assert_eq!(by_id["2"], MessageResult::Applied);
     assert_eq!(by_id["3"], MessageResult::Applied);
-    let mut failed: Vec<_> = report
-        .response()
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect();
-    failed.sort();
-    assert_eq!(failed, vec!["1".to_owned(), "2".to_owned()]);
-
-    // Redelivered (SQS gives no order guarantee): payment first this time, then the reversal.
-    let report = handler
-        .process(&[
-            sqs_message("2", &batch[1].1, 2),
-            sqs_message("1", &reversal, 2),
-        ])
-        .await;
-    assert!(
-        report
-            .results
-            .iter()
-            .all(|(_, r)| *r == MessageResult::Applied),
-        "{:?}",
-        report.results
-    );
+    assert!(report.response().batch_item_failures.is_empty());
+    assert_eq!((report.counts.parked, report.counts.released, report.counts.applied), (1, 1, 3));
+    let (loan, _) = servicing.loan("acc_block_a").await.expect("loan");
+    assert_eq!(loan.principal_outstanding_minor, 100_000, "paid, then reversed");
+    let allocations = servicing.allocations("acc_block_a").await;
+    assert_eq!(allocations.len(), 1);
     assert_eq!(
-        servicing
-            .loan("acc_block_a")
-            .await
-            .expect("loan")
-            .0
-            .principal_outstanding_minor,
-        100_000
+        allocations[0].reversed_by.as_ref().map(|r| r.event_id.as_str()),
+        Some("rev-x")
     );
+    // Redelivered, the parked-then-applied reversal is a duplicate.
+    let again = deliver(&handler, &[("1b".into(), batch[0].1.clone())]).await;
+    assert_eq!(again[0].1, MessageResult::Duplicate);
 }
 
 fn reversal(account: &str, id: &str, of: &str, amount: i64) -> String {

@@ -189,6 +189,14 @@ impl Group {
                     None => unreachable!("an undecodable parked fact is rejected above"),
                 },
             };
+            // A payment this group writes is judged by the next group, on the committed state.
+            if event
+                .reversal_target()
+                .is_some_and(|payment| plan.allocations.contains(payment))
+            {
+                group.stop = Stop::Full;
+                break;
+            }
             let target = match event.reversal_target() {
                 None => None,
                 Some(payment) => match snapshot.reversal_target(payment) {
