@@ -8,7 +8,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use servicing_domain::SourceRef;
 use servicing_domain::{Fingerprint, Outcome, ServicingEvent, apply};
 use servicing_store::{
-    Effect, LoanItem, LoanWrite, RECENT_FACTS_MAX, RecentFacts, ServicingStore, StoreConfig, UnitOfWork,
+    Effect, LoanItem, LoanWrite, RECENT_FACTS_MAX, RecentFacts, ServicingStore, StoreConfig,
+    UnitOfWork,
 };
 
 const OPEN: &str = r#"{"sourceSystem":"core-banking","sourceEventId":"open-1","eventType":"LOAN_OPENED","accountId":"acc_1","eventTime":"2026-09-01T09:00:00Z","principalMinor":100000,"currency":"EUR"}"#;
@@ -116,7 +117,10 @@ fn per_event(c: &mut Criterion) {
                     released: false,
                     effect: Effect::Apply(&outcome),
                 };
-                let item = loan(&outcome.account, recent.with([(&event.source, &fingerprint)], NOW));
+                let item = loan(
+                    &outcome.account,
+                    recent.with([(&event.source, &fingerprint)], NOW),
+                );
                 let write = LoanWrite::Put {
                     item: &item,
                     expected: Some(2),

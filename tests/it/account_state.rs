@@ -834,7 +834,10 @@ async fn when_a_reversal_precedes_its_payment_in_a_batch_should_park_it_and_appl
     let handler = servicing.handler();
     // The reversal overtook its payment: parked and acknowledged, applied right after it.
     let batch = [
-        ("1".to_owned(), reversal("acc_block_a", "rev-x", "pay-x", 1_000)),
+        (
+            "1".to_owned(),
+            reversal("acc_block_a", "rev-x", "pay-x", 1_000),
+        ),
         ("2".to_owned(), payment("acc_block_a", "pay-x", 1_000)),
         ("3".to_owned(), payment("acc_block_b", "pay-y", 2_000)),
     ];
@@ -851,13 +854,26 @@ async fn when_a_reversal_precedes_its_payment_in_a_batch_should_park_it_and_appl
     assert_eq!(by_id["2"], MessageResult::Applied);
     assert_eq!(by_id["3"], MessageResult::Applied);
     assert!(report.response().batch_item_failures.is_empty());
-    assert_eq!((report.counts.parked, report.counts.released, report.counts.applied), (1, 1, 3));
+    assert_eq!(
+        (
+            report.counts.parked,
+            report.counts.released,
+            report.counts.applied
+        ),
+        (1, 1, 3)
+    );
     let (loan, _) = servicing.loan("acc_block_a").await.expect("loan");
-    assert_eq!(loan.principal_outstanding_minor, 100_000, "paid, then reversed");
+    assert_eq!(
+        loan.principal_outstanding_minor, 100_000,
+        "paid, then reversed"
+    );
     let allocations = servicing.allocations("acc_block_a").await;
     assert_eq!(allocations.len(), 1);
     assert_eq!(
-        allocations[0].reversed_by.as_ref().map(|r| r.event_id.as_str()),
+        allocations[0]
+            .reversed_by
+            .as_ref()
+            .map(|r| r.event_id.as_str()),
         Some("rev-x")
     );
     // Redelivered, the parked-then-applied reversal is a duplicate.
@@ -1330,7 +1346,8 @@ async fn when_the_commit_request_times_out_should_be_transient_not_refused() {
     use aws_config::timeout::TimeoutConfig;
     use servicing_domain::{Fingerprint, Outcome, ServicingEvent, apply};
     use servicing_store::{
-        Effect, LoanItem, LoanWrite, RecentFacts, ServicingStore, StoreConfig, StoreError, UnitOfWork,
+        Effect, LoanItem, LoanWrite, RecentFacts, ServicingStore, StoreConfig, StoreError,
+        UnitOfWork,
     };
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

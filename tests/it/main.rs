@@ -20,5 +20,6 @@ mod collections;
 mod engines;
 mod lambda_path;
 mod operations;
+mod parking;
 mod payments_api;
 mod relay;

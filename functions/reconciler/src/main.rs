@@ -32,7 +32,12 @@ async fn main() -> Result<(), Error> {
             .await
             .map_err(Error::from)?;
         if expiry.missing + expiry.mismatched > 0 {
-            tracing::warn!(alert = "parked_expired", missing = expiry.missing, mismatched = expiry.mismatched, "parked facts quarantined");
+            tracing::warn!(
+                alert = "parked_expired",
+                missing = expiry.missing,
+                mismatched = expiry.mismatched,
+                "parked facts quarantined"
+            );
         }
         let report = servicing_ops::reconcile::reconcile(
             dynamodb,
@@ -73,8 +78,10 @@ fn whole_number(
 ) -> Result<u64, String> {
     match std::env::var(name) {
         Err(_) => Ok(default),
-        Ok(v) => v.parse().ok().filter(|n| range.contains(n)).ok_or_else(|| {
-            format!("{name} must be a whole number in {range:?}, got {v:?}")
-        }),
+        Ok(v) => v
+            .parse()
+            .ok()
+            .filter(|n| range.contains(n))
+            .ok_or_else(|| format!("{name} must be a whole number in {range:?}, got {v:?}")),
     }
 }

@@ -123,9 +123,7 @@ mod tests {
             _ => None,
         })
         .expect_err("malformed");
-        assert!(
-            err.to_string().starts_with("MAX_COMMIT_ATTEMPTS must be")
-        );
+        assert!(err.to_string().starts_with("MAX_COMMIT_ATTEMPTS must be"));
     }
 
     #[test]

@@ -144,7 +144,12 @@ impl Group {
                 break;
             }
             // A ready parked fact goes first: it is applied right after what it waited for.
-            let ready = plan.loan.parked.iter().find(|f| f.awaits.is_none()).cloned();
+            let ready = plan
+                .loan
+                .parked
+                .iter()
+                .find(|f| f.awaits.is_none())
+                .cloned();
             let subject = match ready {
                 Some(fact) => {
                     let decoded = ServicingEvent::decode(fact.body.as_bytes());
@@ -224,15 +229,18 @@ impl Group {
             }
         }
         if plan.changed {
-            let applied = group.members.iter().filter_map(|m| match (&m.subject, &m.judged) {
-                (Subject::Pending(i), Judged::Apply(_)) => {
-                    Some((&pending[*i].event.source, &pending[*i].fingerprint))
-                }
-                (Subject::Released(r), Judged::Apply(_)) => {
-                    Some((&r.fact.source, &r.fact.fingerprint))
-                }
-                _ => None,
-            });
+            let applied = group
+                .members
+                .iter()
+                .filter_map(|m| match (&m.subject, &m.judged) {
+                    (Subject::Pending(i), Judged::Apply(_)) => {
+                        Some((&pending[*i].event.source, &pending[*i].fingerprint))
+                    }
+                    (Subject::Released(r), Judged::Apply(_)) => {
+                        Some((&r.fact.source, &r.fact.fingerprint))
+                    }
+                    _ => None,
+                });
             plan.loan.recent = plan.loan.recent.with(applied, now);
             group.next = Some(plan.loan);
         }
@@ -262,11 +270,26 @@ impl Group {
                     Subject::Pending(i) => {
                         let p = &pending[*i];
                         let kind = p.event.kind.wire_name();
-                        (&p.event.source, kind, &p.event.account_id, &p.fingerprint, false)
+                        (
+                            &p.event.source,
+                            kind,
+                            &p.event.account_id,
+                            &p.fingerprint,
+                            false,
+                        )
                     }
                     Subject::Released(r) => {
-                        let kind = r.event.as_ref().map_or("UNDECODABLE", |e| e.kind.wire_name());
-                        (&r.fact.source, kind, &r.account_id, &r.fact.fingerprint, true)
+                        let kind = r
+                            .event
+                            .as_ref()
+                            .map_or("UNDECODABLE", |e| e.kind.wire_name());
+                        (
+                            &r.fact.source,
+                            kind,
+                            &r.account_id,
+                            &r.fact.fingerprint,
+                            true,
+                        )
                     }
                 };
                 let effect = match &m.judged {
@@ -274,7 +297,7 @@ impl Group {
                     Judged::Stale => Effect::Stale,
                     Judged::Reject(rejection) => Effect::Reject(m.quarantine_entry(
                         pending,
-                        &rejection.code,
+                        rejection.code,
                         &rejection.reason,
                     )),
                     // Parked again, its claim already says so: only the loan item changes.
@@ -353,11 +376,11 @@ impl Group {
 
 impl Member {
     fn has_unit(&self) -> bool {
-        match (&self.subject, &self.judged) {
-            (_, Judged::Duplicate) => false,
-            (Subject::Released(_), Judged::Park(_)) => false,
-            _ => true,
-        }
+        // As in `Group::units`: an already applied fact, or a parked fact parked again.
+        !matches!(
+            (&self.subject, &self.judged),
+            (_, Judged::Duplicate) | (Subject::Released(_), Judged::Park(_))
+        )
     }
 
     /// What the quarantine keeps of this fact: raw body, identity, fingerprint, reason.
@@ -406,7 +429,10 @@ impl Plan {
                     AllocationWrite::Record(stored) => stored.payment.clone(),
                     AllocationWrite::MarkReversed { payment, .. } => payment.clone(),
                 });
-                (1 + usize::from(touches.is_some()) + applied.outbox.len(), touches)
+                (
+                    1 + usize::from(touches.is_some()) + applied.outbox.len(),
+                    touches,
+                )
             }
             Judged::Stale | Judged::Park(_) => (1, None),
             Judged::Reject(_) => (2, None),
@@ -418,7 +444,9 @@ impl Plan {
             _ => with_claim,
         };
         let repeated = merge.is_none() && self.facts.contains(source);
-        let touched_twice = touches.as_ref().is_some_and(|t| self.allocations.contains(t));
+        let touched_twice = touches
+            .as_ref()
+            .is_some_and(|t| self.allocations.contains(t));
         let full = !group.members.is_empty() && self.items + cost > max_items;
         if repeated || touched_twice || full {
             group.stop = Stop::Full;
@@ -504,7 +532,10 @@ pub(crate) fn known_facts(
                 return Some((i, None));
             }
             let parked = loan.parked.find(&p.event.source)?;
-            Some((i, (parked.fingerprint != p.fingerprint).then(|| parked.fingerprint.clone())))
+            Some((
+                i,
+                (parked.fingerprint != p.fingerprint).then(|| parked.fingerprint.clone()),
+            ))
         })
         .collect()
 }
@@ -601,7 +632,11 @@ mod tests {
         let group = plan(&bodies, MAX_TRANSACTION_ITEMS);
         // Released within the group, they stay its members: one claim each, final verdict.
         assert_eq!(indices(&group), ["p0", "p1", "p2", "p3"]);
-        assert!(group.members[..2].iter().all(|m| m.parked_first && matches!(m.judged, Judged::Apply(_))));
+        assert!(
+            group.members[..2]
+                .iter()
+                .all(|m| m.parked_first && matches!(m.judged, Judged::Apply(_)))
+        );
         let loan = group.next.as_ref().expect("loan written");
         assert!(loan.parked.is_empty(), "{:?}", loan.parked);
         // park, park, open, release, release, pay: six changes of the loan item.
@@ -615,7 +650,14 @@ mod tests {
         let pending = pending(&bodies);
         let settled = vec![None; pending.len()];
         let mut snapshot = Snapshot::default();
-        let group = Group::plan(&pending, &settled, &snapshot, MAX_TRANSACTION_ITEMS, 9, 1_000);
+        let group = Group::plan(
+            &pending,
+            &settled,
+            &snapshot,
+            MAX_TRANSACTION_ITEMS,
+            9,
+            1_000,
+        );
         assert!(matches!(group.members[1].judged, Judged::Reject(_)));
         group.committed(&pending, &mut snapshot);
         let listed = |p: &Pending<'_>| {

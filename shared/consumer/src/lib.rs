@@ -206,7 +206,11 @@ impl AccountStateHandler {
     }
 
     #[tracing::instrument(skip_all, fields(account = %account, events = pending.len()))]
-    async fn process_account(&self, account: &AccountId, pending: &[Pending<'_>]) -> AccountResults {
+    async fn process_account(
+        &self,
+        account: &AccountId,
+        pending: &[Pending<'_>],
+    ) -> AccountResults {
         let mut work = AccountWork {
             targets: pending
                 .iter()
@@ -240,7 +244,10 @@ impl AccountStateHandler {
             if let Some(at) = failed {
                 // SQS must redeliver the account's later events after the failed one, in order.
                 let reason = match rest.get(at) {
-                    Some(first) => format!("an earlier event of this account failed ({})", first.message_id),
+                    Some(first) => format!(
+                        "an earlier event of this account failed ({})",
+                        first.message_id
+                    ),
                     None => "a parked fact of this account failed".to_owned(),
                 };
                 results.truncate(base + at.min(rest.len()) + usize::from(at < rest.len()));
@@ -390,7 +397,10 @@ impl AccountStateHandler {
     ) -> (Vec<MessageResult>, Option<usize>) {
         let Some(first) = first_unsettled(settled) else {
             tracing::warn!(error = %error, "a parked fact's commit failed; it stays parked");
-            return (settled_run(std::mem::take(settled), pending.len()), Some(pending.len()));
+            return (
+                settled_run(std::mem::take(settled), pending.len()),
+                Some(pending.len()),
+            );
         };
         let result = self.store_failure(&pending[first], error).await;
         let retry = matches!(result, MessageResult::Retry { .. });

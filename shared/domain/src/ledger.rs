@@ -227,7 +227,8 @@ impl Ledger {
         }
         // Judged and parked facts are claimed, whatever the verdict, so a redelivery is a
         // duplicate (or a collision).
-        self.claims.insert(event.source.clone(), fingerprint.clone());
+        self.claims
+            .insert(event.source.clone(), fingerprint.clone());
         let disposition = match self.judge(&event, body) {
             Err(awaits) => {
                 let arrival = Arrival {
@@ -251,14 +252,11 @@ impl Ledger {
     /// The account's parked facts whose awaited fact has been applied, judged again in order of
     /// receipt, each right after what it waited for (and what they release in turn).
     fn release_ready(&mut self, account: &AccountId) {
-        loop {
-            let Some(fact) = self
-                .parked
-                .get_mut(account)
-                .and_then(ParkedFacts::take_next_ready)
-            else {
-                break;
-            };
+        while let Some(fact) = self
+            .parked
+            .get_mut(account)
+            .and_then(ParkedFacts::take_next_ready)
+        {
             self.counts.released += 1;
             let disposition = match ServicingEvent::decode(fact.body.as_bytes()) {
                 Err(e) => self.quarantine_raw(

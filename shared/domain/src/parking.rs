@@ -155,7 +155,11 @@ mod tests {
     #[test]
     fn when_the_awaited_fact_applies_should_release_its_waiters_in_order_of_receipt() {
         let mut facts = ParkedFacts::default();
-        park(&mut facts, "r", Deferral::ReversalTargetNotApplied(source("p")));
+        park(
+            &mut facts,
+            "r",
+            Deferral::ReversalTargetNotApplied(source("p")),
+        );
         park(&mut facts, "f1", Deferral::AccountNotOpened);
         park(&mut facts, "f2", Deferral::AccountNotOpened);
         facts.on_applied(&event(OPEN));
@@ -163,7 +167,10 @@ mod tests {
         assert_eq!(first.source, source("f1"));
         // Judged again, it waits for something else: it keeps its place.
         facts.park_again(first, Deferral::ReversalTargetNotApplied(source("p")));
-        assert_eq!(facts.take_next_ready().map(|f| f.source), Some(source("f2")));
+        assert_eq!(
+            facts.take_next_ready().map(|f| f.source),
+            Some(source("f2"))
+        );
         assert!(facts.take_next_ready().is_none());
         facts.on_applied(&event(PAY));
         let order: Vec<_> = std::iter::from_fn(|| facts.take_next_ready())
@@ -176,7 +183,11 @@ mod tests {
     #[test]
     fn when_another_payment_applies_should_keep_the_reversal_waiting() {
         let mut facts = ParkedFacts::default();
-        park(&mut facts, "r", Deferral::ReversalTargetNotApplied(source("other")));
+        park(
+            &mut facts,
+            "r",
+            Deferral::ReversalTargetNotApplied(source("other")),
+        );
         facts.on_applied(&event(PAY));
         assert!(!facts.has_ready());
     }

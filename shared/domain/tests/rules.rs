@@ -66,9 +66,16 @@ fn when_a_reversal_arrives_before_its_payment_should_park_it_and_apply_it_right_
         ],
     );
     assert!(matches!(&d[1], Disposition::Parked(why) if why.code() == "reversal_target_missing"));
-    assert_eq!(d[3], Disposition::Duplicate, "a parked fact, once applied, is claimed");
+    assert_eq!(
+        d[3],
+        Disposition::Duplicate,
+        "a parked fact, once applied, is claimed"
+    );
     let c = ledger.counts();
-    assert_eq!((c.applied, c.parked, c.released, c.quarantined), (3, 1, 1, 0));
+    assert_eq!(
+        (c.applied, c.parked, c.released, c.quarantined),
+        (3, 1, 1, 0)
+    );
     assert!(c.balances());
     assert_eq!(account(&ledger).principal_outstanding_minor, 100_000);
     assert_eq!(ledger.parked().count(), 0);
@@ -85,7 +92,11 @@ fn when_the_reversal_target_never_arrives_should_quarantine_it_after_the_park_re
     assert_eq!(ledger.parked().count(), 1);
     assert_eq!(ledger.expire_parked(0), 0, "not older than the cutoff yet");
     assert_eq!(ledger.expire_parked(1), 1);
-    assert!(ledger.quarantine()[0].reason.starts_with("awaited_fact_missing"));
+    assert!(
+        ledger.quarantine()[0]
+            .reason
+            .starts_with("awaited_fact_missing")
+    );
     assert!(ledger.quarantine()[0].reason.contains("test:p-missing"));
     assert!(
         ledger.quarantine()[0].raw_body.contains("p-missing"),

@@ -82,7 +82,9 @@ pub async fn expire(
             let Some(current) = loan.take() else { break };
             let mut expired = Vec::new();
             for fact in current.parked.iter() {
-                if let Some((code, reason)) = verdict(store, &current, fact, cutoff, retention).await? {
+                if let Some((code, reason)) =
+                    verdict(store, &current, fact, cutoff, retention).await?
+                {
                     expired.push(ExpiredFact { fact, code, reason });
                 }
             }
@@ -91,7 +93,11 @@ pub async fn expire(
                 break;
             }
             let chunk = &expired[..expired.len().min(FACTS_PER_TRANSACTION)];
-            if store.expire_parked(&current, chunk).await.map_err(|e| e.to_string())? {
+            if store
+                .expire_parked(&current, chunk)
+                .await
+                .map_err(|e| e.to_string())?
+            {
                 for e in chunk {
                     match e.code {
                         MISSING => expiry.missing += 1,
@@ -107,7 +113,10 @@ pub async fn expire(
                 .filter(|l| !l.parked.is_empty());
         }
         if let Some(left) = loan {
-            return Err(format!("the parked facts of {} kept moving; run again", left.account_id));
+            return Err(format!(
+                "the parked facts of {} kept moving; run again",
+                left.account_id
+            ));
         }
     }
     Ok(expiry)

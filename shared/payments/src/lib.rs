@@ -201,12 +201,7 @@ impl PaymentsApi {
 
     async fn get_loan(&self, account: &str) -> Result<Response<Body>, Problem> {
         let id = parse_account(account)?;
-        let loan = self
-            .store
-            .load(&id, &[])
-            .await
-            .map_err(store_problem)?
-            .loan;
+        let loan = self.store.load(&id, &[]).await.map_err(store_problem)?.loan;
         // A loan item without an account only holds facts parked before its opening.
         let Some((a, version)) = loan.and_then(|l| Some((l.account?, l.version))) else {
             return Err(unknown_account(&id));

@@ -432,7 +432,9 @@ impl ServicingStore {
             return Ok(snapshot);
         }
         let loan = items::loan_key(account_id);
-        snapshot.loan = self.read_targets(account_id, payments, Some(loan), &mut snapshot.targets).await?
+        snapshot.loan = self
+            .read_targets(account_id, payments, Some(loan), &mut snapshot.targets)
+            .await?
             .map(items::loan_from_item)
             .transpose()?;
         Ok(snapshot)
@@ -513,8 +515,12 @@ impl ServicingStore {
                 .unwrap_or_default()
             {
                 let key = (
-                    items::string(&item, items::PK).unwrap_or_default().to_owned(),
-                    items::string(&item, items::SK).unwrap_or_default().to_owned(),
+                    items::string(&item, items::PK)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    items::string(&item, items::SK)
+                        .unwrap_or_default()
+                        .to_owned(),
                 );
                 found.insert(key, item);
             }
@@ -622,8 +628,14 @@ impl ServicingStore {
                 // condition guarantees the fact is still parked.
                 let condition = (
                     "attribute_not_exists(pk) OR #verdict = :parked",
-                    Some(HashMap::from([("#verdict".to_owned(), items::VERDICT.to_owned())])),
-                    Some(HashMap::from([(":parked".to_owned(), s(Verdict::Parked.as_str()))])),
+                    Some(HashMap::from([(
+                        "#verdict".to_owned(),
+                        items::VERDICT.to_owned(),
+                    )])),
+                    Some(HashMap::from([(
+                        ":parked".to_owned(),
+                        s(Verdict::Parked.as_str()),
+                    )])),
                 );
                 transaction.push(Role::Condition(i), self.put(claim, Some(condition))?);
             } else {
@@ -843,7 +855,12 @@ impl ServicingStore {
         &self,
         account_id: &AccountId,
     ) -> Result<Option<serde_json::Value>, StoreError> {
-        let Some(account) = self.load(account_id, &[]).await?.loan.and_then(|l| l.account) else {
+        let Some(account) = self
+            .load(account_id, &[])
+            .await?
+            .loan
+            .and_then(|l| l.account)
+        else {
             return Ok(None);
         };
         let allocations = self.allocations(account_id).await?;
@@ -1077,12 +1094,18 @@ impl ServicingStore {
         } else {
             self.put(items::loan_item(&next)?, Some(expected))?
         };
-        let mut request = self.client.transact_write_items().transact_items(loan_write);
+        let mut request = self
+            .client
+            .transact_write_items()
+            .transact_items(loan_write);
         for expired in expired {
             let fact = expired.fact;
             let claim = Delete::builder()
                 .table_name(&self.config.table)
-                .set_key(Some(items::key_item(items::claim_key(&self.config.consumer, &fact.source))))
+                .set_key(Some(items::key_item(items::claim_key(
+                    &self.config.consumer,
+                    &fact.source,
+                ))))
                 .condition_expression("attribute_not_exists(pk) OR #verdict = :parked")
                 .expression_attribute_names("#verdict", items::VERDICT)
                 .expression_attribute_values(":parked", s(Verdict::Parked.as_str()))
@@ -1107,10 +1130,17 @@ impl ServicingStore {
                         .iter()
                         .map(|r| r.code().unwrap_or("None"))
                         .collect();
-                    if codes.iter().all(|c| matches!(*c, "None" | "ConditionalCheckFailed" | "TransactionConflict")) {
+                    if codes.iter().all(|c| {
+                        matches!(
+                            *c,
+                            "None" | "ConditionalCheckFailed" | "TransactionConflict"
+                        )
+                    }) {
                         Ok(false)
                     } else {
-                        Err(StoreError::Transient(format!("transaction cancelled: {codes:?}")))
+                        Err(StoreError::Transient(format!(
+                            "transaction cancelled: {codes:?}"
+                        )))
                     }
                 }
                 other => Err(classify_service(other)),
@@ -1156,12 +1186,17 @@ impl ServicingStore {
             .client
             .get_item()
             .table_name(&self.config.table)
-            .set_key(Some(items::key_item(items::claim_key(&self.config.consumer, source))))
+            .set_key(Some(items::key_item(items::claim_key(
+                &self.config.consumer,
+                source,
+            ))))
             .consistent_read(true)
             .send()
             .await
             .map_err(classify)?;
-        Ok(got.item.and_then(|claim| items::applied_elsewhere(&claim, account)))
+        Ok(got
+            .item
+            .and_then(|claim| items::applied_elsewhere(&claim, account)))
     }
 
     /// Stores a quarantine item on its own (undecodable input, collisions, spent retry budgets:
@@ -1263,7 +1298,9 @@ fn map_cancellation(
                 let by_itself = reason
                     .item()
                     .and_then(|item| item.get(items::REVERSED_BY))
-                    .and_then(|v| serde_dynamo::from_attribute_value::<_, SourceRef>(v.clone()).ok())
+                    .and_then(|v| {
+                        serde_dynamo::from_attribute_value::<_, SourceRef>(v.clone()).ok()
+                    })
                     .is_some_and(|by| &by == units[*i].source);
                 if by_itself {
                     refused[*i].get_or_insert(CommitOutcome::Duplicate);
