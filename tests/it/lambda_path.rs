@@ -103,6 +103,42 @@ async fn when_a_duplicated_sample_goes_through_the_deployed_lambda_should_reach_
         "9 applied + 1 stale fact claimed once each"
     );
     assert!(servicing.quarantine().await.is_empty());
+
+    // A reversal sent before its payment, in the same FIFO group: parked and applied right
+    // after the payment in this delivery round — not after visibility timeouts (30 s here).
+    let (principal_before, _) = servicing.loan("acc_4002").await.expect("loan");
+    let reversal = json!({"sourceSystem": "psp", "sourceEventId": "rev-early", "eventType": "PAYMENT_REVERSED",
+        "accountId": "acc_4002", "eventTime": "2026-10-30T11:00:00Z", "amountMinor": 700, "currency": "EUR",
+        "reversalOf": {"sourceSystem": "psp", "sourceEventId": "pay-late"}});
+    let payment = json!({"sourceSystem": "psp", "sourceEventId": "pay-late", "eventType": "PAYMENT_SETTLED",
+        "accountId": "acc_4002", "eventTime": "2026-10-30T10:00:00Z", "amountMinor": 700, "currency": "EUR"});
+    let started = std::time::Instant::now();
+    for body in [reversal, payment] {
+        sqs.send_message()
+            .queue_url(&queue_url)
+            .message_body(body.to_string())
+            .message_group_id("acc_4002")
+            .message_deduplication_id(unique_name("delivery"))
+            .send()
+            .await
+            .expect("send");
+    }
+    let mut reversed = false;
+    while started.elapsed() < Duration::from_secs(20) && !reversed {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        reversed = servicing
+            .allocations("acc_4002")
+            .await
+            .iter()
+            .any(|a| a.payment.event_id == "pay-late" && a.reversed_by.is_some());
+    }
+    assert!(reversed, "the early reversal was not applied within 20 s");
+    let (principal_after, _) = servicing.loan("acc_4002").await.expect("loan");
+    assert_eq!(
+        principal_after.principal_outstanding_minor,
+        principal_before.principal_outstanding_minor
+    );
+    assert!(servicing.quarantine().await.is_empty());
 }
 
 #[tokio::test]

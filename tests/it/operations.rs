@@ -193,10 +193,18 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
     let collision = payment.replace("5000", "5001");
 
     deliver(&servicing, std::slice::from_ref(&open), 1).await;
-    // The reversal's payment is late beyond the retry budget: quarantined, unclaimed.
-    assert!(
-        matches!(&deliver(&servicing, std::slice::from_ref(&reversal), 3).await[0], MessageResult::Quarantined { code } if code == "reversal_target_missing")
+    // The reversal's payment is late beyond the park retention: the reconciler quarantines it
+    // and releases its claim.
+    assert_eq!(
+        deliver(&servicing, std::slice::from_ref(&reversal), 1).await[0],
+        MessageResult::Parked
     );
+    let week = std::time::Duration::from_secs(7 * 86_400);
+    let later = servicing_ops::now_epoch_secs() + 8 * 86_400;
+    let expiry = servicing_ops::parked::expire(&servicing.store("account-state"), later, week)
+        .await
+        .expect("expire");
+    assert_eq!(expiry.missing, 1);
     assert!(
         matches!(&deliver(&servicing, std::slice::from_ref(&usd_fee), 1).await[0], MessageResult::Quarantined { code } if code == "currency_mismatch")
     );
@@ -224,7 +232,7 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
     let inspected = quarantine::inspect(
         &servicing.client,
         &servicing.table,
-        &by_code("reversal_target_missing"),
+        &by_code("awaited_fact_missing"),
     )
     .await
     .expect("inspect");
@@ -250,7 +258,7 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         &sqs,
         &servicing.table,
         &queue_url,
-        &by_code("reversal_target_missing"),
+        &by_code("awaited_fact_missing"),
     )
     .await
     .expect("redrive");
