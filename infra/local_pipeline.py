@@ -171,11 +171,15 @@ def start_receiver() -> str:
 
 
 def deliveries(seed: int, duplicate_share: float) -> list[str]:
-    """Each sample in order; copies of a share of the lines land somewhere after their original."""
+    """Each sample in order, but its reversals sent first (they overtake their payment and the
+    account's opening: parked, applied right after their payment, which restores the business
+    order); copies of a share of the lines land somewhere after their original."""
     rng = random.Random(seed)
     out: list[str] = []
     for name in [*SAMPLES, API_SAMPLE]:
         lines = [l for l in (ROOT / "fixtures" / "samples" / f"{name}.jsonl").read_text().splitlines() if l.strip()]
+        early = [l for l in lines if json.loads(l)["eventType"] == "PAYMENT_REVERSED"]
+        lines = early + [l for l in lines if l not in early]
         stream = list(lines)
         for _ in range(round(len(lines) * duplicate_share)):
             i = rng.randrange(len(lines))
