@@ -18,6 +18,7 @@ on_both_engines!(
     when_two_events_of_one_account_race_should_apply_both_with_consecutive_versions,
     when_an_identity_is_reused_with_another_payload_should_quarantine_the_collision,
     when_bad_input_arrives_should_quarantine_each_with_a_specific_reason,
+    when_an_event_is_dated_in_the_future_should_quarantine_it_unclaimed_so_a_fix_applies,
     when_the_commit_fails_before_it_is_sent_should_write_nothing_and_apply_on_redelivery,
     when_the_response_is_lost_after_the_commit_should_count_the_redelivery_as_duplicate,
     when_dynamodb_reports_a_transaction_conflict_should_retry_in_place,
@@ -617,6 +618,22 @@ fn bad_input_corpus() -> Vec<Bad> {
             "was already reversed by psp:bad-first-reversal",
         ),
     ];
+    // Business time bounds: an eventTime far ahead of the consumer's clock (quarantined
+    // unclaimed), an installment due before its account opened (a business rejection).
+    corpus.push(bad(
+        varied("b42", json!({"eventTime": "2099-01-01T00:00:00Z"})),
+        "event_time_in_future",
+        "eventTime 2099-01-01T00:00:00Z is more than 86400 s ahead of the consumer's clock",
+    ));
+    corpus.push(bad(
+        varied(
+            "b43",
+            json!({"eventType": "INSTALLMENT_DUE", "installmentNo": 7, "dueDate": "2026-08-01",
+                   "principalMinor": 100, "interestMinor": 10, "amountMinor": null, "currency": null}),
+        ),
+        "due_before_opening",
+        "installment 7 is due 2026-08-01, before the account opened on 2026-09-01",
+    ));
     // A reversal naming another account's payment: the payment's claim names the account it
     // was applied on, so it is rejected at once (not parked).
     corpus.push(bad(
@@ -711,6 +728,41 @@ async fn when_bad_input_arrives_should_quarantine_each_with_a_specific_reason(en
     );
     // Business rejections changed nothing on the account (their claims checked its version).
     assert_eq!(servicing.loan("acc_bad").await.expect("loan").0, before.0);
+}
+
+async fn when_an_event_is_dated_in_the_future_should_quarantine_it_unclaimed_so_a_fix_applies(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    opened(&servicing, "acc_clock", 100_000).await;
+    // A producer's clock in 2099: applied, it would age the account's arrears for good.
+    let mut future: Value =
+        serde_json::from_str(&payment("acc_clock", "pay-clock", 1_000)).expect("json");
+    future["eventTime"] = json!("2099-01-01T00:00:00Z");
+    let results = deliver(&handler, &[("f".into(), future.to_string())]).await;
+    assert_eq!(
+        results[0].1,
+        MessageResult::Quarantined {
+            code: "event_time_in_future".into()
+        }
+    );
+    let (loan, version) = servicing.loan("acc_clock").await.expect("loan");
+    assert_eq!((loan.principal_outstanding_minor, version), (100_000, 1));
+    // Not claimed: the corrected resend, same identity, applies.
+    let fixed = deliver(
+        &handler,
+        &[("g".into(), payment("acc_clock", "pay-clock", 1_000))],
+    )
+    .await;
+    assert_eq!(fixed[0].1, MessageResult::Applied);
+    // Up to the skew ahead is accepted (clocks differ a little).
+    let mut soon: Value =
+        serde_json::from_str(&payment("acc_clock", "pay-soon", 10)).expect("json");
+    let in_an_hour = chrono::Utc::now() + chrono::Duration::hours(1);
+    soon["eventTime"] = json!(in_an_hour.to_rfc3339());
+    let results = deliver(&handler, &[("s".into(), soon.to_string())]).await;
+    assert_eq!(results[0].1, MessageResult::Applied);
 }
 
 async fn when_the_commit_fails_before_it_is_sent_should_write_nothing_and_apply_on_redelivery(

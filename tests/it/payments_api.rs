@@ -177,6 +177,16 @@ async fn when_every_documented_status_is_exercised_should_match_the_openapi_docu
         fields,
         ["accountId", "amountMinor", "currency", "reference"]
     );
+    // A payment dated beyond the skew: refused, nothing stored (it would age arrears for good).
+    let future = api
+        .handle(post(
+            Some(ALICE),
+            Some("order-future"),
+            r#"{"accountId":"acc_api","amountMinor":100,"currency":"EUR","reference":"x","eventTime":"2099-01-01T00:00:00Z"}"#,
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &future), 422);
+    assert_eq!(body_json(&future)["errors"][0]["field"], "eventTime");
     let usd = api
         .handle(post(
             Some(ALICE),

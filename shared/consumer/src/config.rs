@@ -11,6 +11,9 @@ pub struct Config {
     pub table: String,
     /// How long a claim deduplicates (`CLAIM_RETENTION_DAYS`, default 35).
     pub claim_retention: Duration,
+    /// How far ahead of this consumer's clock an `eventTime` may be before the event is
+    /// quarantined unclaimed (`MAX_EVENT_TIME_SKEW_SECONDS`, default 86400 = 24 h).
+    pub max_event_time_skew: Duration,
     /// Commits tried per group of events when other writers win (`MAX_COMMIT_ATTEMPTS`,
     /// default 5). Rounds that only drop refused claims from a group do not count.
     pub max_commit_attempts: u32,
@@ -45,6 +48,7 @@ impl Config {
         Self {
             table: table.into(),
             claim_retention: DEFAULT_CLAIM_RETENTION,
+            max_event_time_skew: servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW,
             max_commit_attempts: 5,
             conflict_backoff: Duration::from_millis(10),
             account_concurrency: 100,
@@ -86,6 +90,8 @@ impl Config {
             };
         config.claim_retention =
             Duration::from_secs(number("CLAIM_RETENTION_DAYS", 35, 1)? * 86_400);
+        config.max_event_time_skew =
+            Duration::from_secs(number("MAX_EVENT_TIME_SKEW_SECONDS", 86_400, 0)?);
         config.max_commit_attempts = number("MAX_COMMIT_ATTEMPTS", 5, 1)? as u32;
         config.conflict_backoff = Duration::from_millis(number("CONFLICT_BACKOFF_MS", 10, 0)?);
         config.account_concurrency = number("ACCOUNT_CONCURRENCY", 100, 1)? as usize;

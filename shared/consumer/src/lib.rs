@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures_util::{FutureExt, StreamExt};
-use servicing_domain::{AccountId, DecodeError, Fingerprint, ServicingEvent, SourceRef};
+use servicing_domain::{
+    AccountId, DecodeError, EVENT_TIME_IN_FUTURE, Fingerprint, ServicingEvent, SourceRef,
+};
 use servicing_store::{CommitOutcome, QuarantineEntry, ServicingStore, Snapshot, StoreError};
 
 pub use cache::StateCache;
@@ -119,6 +121,7 @@ impl AccountStateHandler {
         let mut by_account: Vec<(AccountId, Vec<Pending<'_>>)> = Vec::new();
         let mut index: HashMap<AccountId, usize> = HashMap::new();
 
+        let now = chrono::Utc::now();
         for message in messages {
             let message_id = message.message_id.as_deref().unwrap_or_default();
             let body = message.body.as_deref().unwrap_or_default();
@@ -126,6 +129,19 @@ impl AccountStateHandler {
             match ServicingEvent::decode(body.as_bytes()) {
                 Ok(event) => {
                     let fingerprint = Fingerprint::of(&event);
+                    if let Some(reason) = event.too_far_ahead(now, self.config.max_event_time_skew)
+                    {
+                        let pending = Pending {
+                            message_id,
+                            body,
+                            receive_count,
+                            event,
+                            fingerprint,
+                        };
+                        let entry = pending.quarantine_entry(EVENT_TIME_IN_FUTURE, &reason);
+                        report.record(message_id, self.quarantine(&entry).await);
+                        continue;
+                    }
                     let slot = *index.entry(event.account_id.clone()).or_insert_with(|| {
                         by_account.push((event.account_id.clone(), Vec::new()));
                         by_account.len() - 1

@@ -25,6 +25,9 @@ pub struct LoanAccount {
     /// The business date arrears are computed at: the latest applied event's date. Business
     /// time never moves backwards, so a late-delivered old event cannot un-age arrears.
     pub business_date: NaiveDate,
+    /// The business date of its `LOAN_OPENED` (absent on items written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_on: Option<NaiveDate>,
 }
 
 /// One scheduled installment and how much of it has been paid.
@@ -148,6 +151,7 @@ impl LoanAccount {
             dpd: 0,
             delinquency_bucket: Bucket::Current,
             business_date,
+            opened_on: Some(business_date),
         }
     }
 

@@ -191,6 +191,14 @@ fn step(
             principal,
             interest,
         } => {
+            if let Some(opened) = account.opened_on.filter(|opened| due_date < opened) {
+                return Ok(reject(
+                    "due_before_opening",
+                    format!(
+                        "installment {installment_no} is due {due_date}, before the account opened on {opened}"
+                    ),
+                ));
+            }
             if next
                 .installments
                 .iter()

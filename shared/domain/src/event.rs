@@ -8,6 +8,13 @@ use serde_json::{Map, Value, json};
 
 use crate::types::{AccountId, Amount, Currency, Money, RuleViolation, SourceRef};
 
+/// Default `MAX_EVENT_TIME_SKEW`: how far ahead of the consumer's clock an `eventTime` may be.
+pub const DEFAULT_MAX_EVENT_TIME_SKEW: std::time::Duration =
+    std::time::Duration::from_secs(24 * 3600);
+
+/// The quarantine code of an event dated too far ahead.
+pub const EVENT_TIME_IN_FUTURE: &str = "event_time_in_future";
+
 /// The only schema major version this build understands.
 pub const SCHEMA_VERSION: i64 = 1;
 
@@ -253,6 +260,27 @@ impl ServicingEvent {
             event_time,
             transport_event_id,
             kind,
+        })
+    }
+
+    /// Why `eventTime` cannot be trusted at `now`: more than `max_skew` ahead of the consumer's
+    /// clock (business time only moves forward for an account, so one event dated in the
+    /// future would age its arrears for good). Quarantined unclaimed, so a corrected resend can
+    /// still apply.
+    pub fn too_far_ahead(
+        &self,
+        now: DateTime<Utc>,
+        max_skew: std::time::Duration,
+    ) -> Option<String> {
+        let skew = chrono::Duration::from_std(max_skew).unwrap_or(chrono::Duration::MAX);
+        let limit = now.checked_add_signed(skew)?;
+        (self.event_time > limit).then(|| {
+            format!(
+                "eventTime {} is more than {} s ahead of the consumer's clock ({})",
+                self.event_time.to_rfc3339_opts(SecondsFormat::Secs, true),
+                max_skew.as_secs(),
+                now.to_rfc3339_opts(SecondsFormat::Secs, true)
+            )
         })
     }
 

@@ -90,11 +90,22 @@ pub struct Ledger {
     outbox: Vec<DomainEvent>,
     quarantine: Vec<QuarantineRecord>,
     counts: Counts,
+    /// The consumer's clock and `MAX_EVENT_TIME_SKEW`, when `eventTime` is checked against them.
+    clock: Option<(chrono::DateTime<chrono::Utc>, std::time::Duration)>,
 }
 
 impl Ledger {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A ledger that quarantines (unclaimed) events dated more than `max_skew` after `now`, as
+    /// the consumer does with its own clock.
+    pub fn with_clock(now: chrono::DateTime<chrono::Utc>, max_skew: std::time::Duration) -> Self {
+        Self {
+            clock: Some((now, max_skew)),
+            ..Self::default()
+        }
     }
 
     pub fn counts(&self) -> Counts {
@@ -208,6 +219,13 @@ impl Ledger {
             Ok(event) => event,
             Err(e) => return (self.quarantine_raw(body, None, e.to_string()), None),
         };
+        if let Some(reason) = self
+            .clock
+            .and_then(|(now, skew)| event.too_far_ahead(now, skew))
+        {
+            let reason = format!("{}: {reason}", crate::EVENT_TIME_IN_FUTURE);
+            return (self.quarantine_raw(body, Some(event.source), reason), None);
+        }
         let fingerprint = Fingerprint::of(&event);
         if let Some(stored) = self.claims.get(&event.source) {
             if stored == &fingerprint {

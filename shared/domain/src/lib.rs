@@ -15,7 +15,9 @@ pub use account::{
     Allocation, Bucket, Installment, InstallmentPayment, LoanAccount, StoredAllocation,
 };
 pub use apply::{AllocationWrite, Applied, Deferral, Outcome, Rejection, ReversalTarget, apply};
-pub use event::{DecodeError, EventKind, ServicingEvent};
+pub use event::{
+    DEFAULT_MAX_EVENT_TIME_SKEW, DecodeError, EVENT_TIME_IN_FUTURE, EventKind, ServicingEvent,
+};
 pub use fingerprint::Fingerprint;
 pub use ledger::{Counts, Disposition, Ledger, QuarantineRecord};
 pub use outbox::DomainEvent;

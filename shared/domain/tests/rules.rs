@@ -358,3 +358,28 @@ fn when_an_outcome_is_recomputed_should_mint_the_same_outbox_ids() {
     };
     assert_eq!(ids(apply(None, &e, None)), ids(apply(None, &e, None)));
 }
+
+#[test]
+fn when_an_event_is_dated_beyond_the_skew_should_quarantine_it_unclaimed() {
+    let now = chrono::DateTime::parse_from_rfc3339("2026-09-05T00:00:00Z")
+        .expect("time")
+        .with_timezone(&chrono::Utc);
+    let mut ledger = Ledger::with_clock(now, servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW);
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            pay("p1", "2099-01-01T00:00:00Z", 5_000),
+            pay("p1", "2026-09-05T12:00:00Z", 5_000),
+            due(1, "2026-08-01", 100, 10),
+        ],
+    );
+    assert!(quarantine_reason(&d[1]).starts_with("event_time_in_future"));
+    assert_eq!(
+        d[2],
+        Disposition::Applied,
+        "not claimed: the corrected resend applies"
+    );
+    assert!(quarantine_reason(&d[3]).starts_with("due_before_opening"));
+    assert_eq!(account(&ledger).dpd, 0);
+}

@@ -93,9 +93,21 @@ impl PaymentsApi {
             system: principal.source_system(),
             event_id: key.source_event_id(),
         };
-        let event_time = command
-            .event_time
-            .unwrap_or_else(|| chrono::DateTime::<Utc>::from(std::time::SystemTime::now()));
+        let now = chrono::DateTime::<Utc>::from(std::time::SystemTime::now());
+        let event_time = command.event_time.unwrap_or(now);
+        let skew = chrono::Duration::from_std(servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW)
+            .unwrap_or(chrono::Duration::MAX);
+        if now
+            .checked_add_signed(skew)
+            .is_some_and(|limit| event_time > limit)
+        {
+            // Business time only moves forward for an account: a payment dated in the future
+            // would age its arrears for good (the consumer quarantines such events too).
+            return Err(Problem::validation(vec![command::FieldError {
+                field: "eventTime",
+                rule: "must not be more than 24 h ahead of the server's clock".into(),
+            }]));
+        }
         let operation_id = format!(
             "op_{}",
             &command::hex(&Sha256::digest(

@@ -82,7 +82,9 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         delivered.len()
     );
 
-    let mut ledger = Ledger::new();
+    // The consumer's rules with this machine's clock: an event dated too far ahead is quarantined.
+    let now = chrono::Utc::now();
+    let mut ledger = Ledger::with_clock(now, servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW);
     ledger.replay(delivered);
 
     match serde_json::to_string_pretty(&ledger.report()) {
