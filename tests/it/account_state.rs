@@ -618,6 +618,18 @@ fn bad_input_corpus() -> Vec<Bad> {
             "was already reversed by psp:bad-first-reversal",
         ),
     ];
+    // The same key twice: which amount would count? Refused, whatever the reader.
+    corpus.push(bad(
+        valid_payment()
+            .to_string()
+            .replace(
+                r#""amountMinor":100"#,
+                r#""amountMinor":100,"amountMinor":100000"#,
+            )
+            .replace("bad-base", "b44"),
+        "duplicate_key",
+        "the key `amountMinor` appears twice in one object",
+    ));
     // Business time bounds: an eventTime far ahead of the consumer's clock (quarantined
     // unclaimed), an installment due before its account opened (a business rejection).
     corpus.push(bad(

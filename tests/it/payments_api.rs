@@ -213,6 +213,20 @@ async fn when_every_documented_status_is_exercised_should_match_the_openapi_docu
         .handle(post(Some(ALICE), Some("order-4"), "{amountMinor: 1"))
         .await;
     assert_eq!(seen.saw(pay, "post", &not_json), 400);
+    let twice = api
+        .handle(post(
+            Some(ALICE),
+            Some("order-twice"),
+            r#"{"accountId":"acc_api","amountMinor":100,"amountMinor":100000,"currency":"EUR","reference":"x"}"#,
+        ))
+        .await;
+    assert_eq!(seen.saw(pay, "post", &twice), 400);
+    assert!(
+        body_json(&twice)["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("appears twice")
+    );
 
     // 401: no principal. 404: unknown account.
     let anonymous = api

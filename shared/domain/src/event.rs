@@ -82,6 +82,8 @@ pub enum DecodeError {
     NotJson(String),
     #[error("body must be a JSON object")]
     NotAnObject,
+    #[error("ambiguous body: {0}")]
+    DuplicateKey(String),
     #[error("field `{field}`: {rule}")]
     Field { field: &'static str, rule: String },
 }
@@ -92,6 +94,7 @@ impl DecodeError {
         match self {
             DecodeError::NotJson(_) => "not_json",
             DecodeError::NotAnObject => "not_an_object",
+            DecodeError::DuplicateKey(_) => "duplicate_key",
             DecodeError::Field { .. } => "invalid_field",
         }
     }
@@ -131,7 +134,19 @@ impl<'a> Fields<'a> {
         match value {
             Value::Number(n) if n.is_i64() => Ok(n.as_i64().unwrap_or_default()),
             Value::Number(n) if n.is_u64() => Err(field_error(field, "is too large")),
-            Value::Number(_) => Err(field_error(field, "must be an integer, not a fraction")),
+            // A float in JSON: say which spelling was refused, so a producer can fix it.
+            Value::Number(n) => Err(field_error(
+                field,
+                match n.as_f64() {
+                    Some(f) if f == 0.0 && f.is_sign_negative() => {
+                        "must be a plain integer, not negative (-0)"
+                    }
+                    Some(f) if f.fract() != 0.0 => "must be an integer, not a fraction",
+                    _ => {
+                        "must be an integer, not a fraction: write it without a decimal point or exponent"
+                    }
+                },
+            )),
             _ => Err(field_error(field, "must be an integer")),
         }
     }
@@ -186,6 +201,9 @@ impl ServicingEvent {
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| DecodeError::NotJson(e.to_string()))?;
+        // Readers disagree on which of two equal keys counts (serde_json keeps the last): the
+        // quarantined raw body and an applied amount could differ, so such a body is refused.
+        unique_keys(body).map_err(DecodeError::DuplicateKey)?;
         Self::from_value(&value)
     }
 
@@ -387,5 +405,72 @@ fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((i, _)) => &s[..i],
         None => s,
+    }
+}
+
+/// `Err` naming the key when a JSON object in `body` has the same key twice (at any depth,
+/// escapes decoded): readers disagree on which value counts.
+pub fn unique_keys(body: &[u8]) -> Result<(), String> {
+    serde_json::from_slice::<UniqueKeys>(body)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Deserialises any JSON, failing on an object that has the same key twice (at any depth).
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueKeys)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(self)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key `{key}` appears twice in one object"
+                )));
+            }
+            map.next_value::<UniqueKeys>()?;
+        }
+        Ok(self)
     }
 }

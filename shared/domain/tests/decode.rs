@@ -278,3 +278,55 @@ fn when_the_event_is_valid_should_decode_typed_values() {
     extended["comment"] = json!("from batch 7");
     assert!(ServicingEvent::decode(extended.to_string().as_bytes()).is_ok());
 }
+
+#[test]
+fn when_an_object_has_the_same_key_twice_should_refuse_it_as_ambiguous() {
+    let base = r#""sourceSystem":"psp","sourceEventId":"d1","eventType":"PAYMENT_SETTLED","accountId":"acc_1","eventTime":"2026-09-10T10:00:00Z","currency":"EUR""#;
+    let twice = format!(r#"{{{base},"amountMinor":100,"amountMinor":100000}}"#);
+    assert!(matches!(
+        ServicingEvent::decode(twice.as_bytes()),
+        Err(DecodeError::DuplicateKey(why)) if why.contains("`amountMinor` appears twice")
+    ));
+    // The same key spelt with an escape is the same key.
+    let escaped = format!(r#"{{{base},"amountMinor":100,"\u0061mountMinor":5}}"#);
+    assert_eq!(
+        ServicingEvent::decode(escaped.as_bytes())
+            .map_err(|e| e.code())
+            .err(),
+        Some("duplicate_key")
+    );
+    // Nested objects too.
+    let nested = format!(
+        r#"{{{base},"amountMinor":100,"reversalOf":{{"sourceSystem":"a","sourceSystem":"b","sourceEventId":"x"}}}}"#
+    );
+    assert_eq!(
+        ServicingEvent::decode(nested.as_bytes())
+            .map_err(|e| e.code())
+            .err(),
+        Some("duplicate_key")
+    );
+    let once = format!(r#"{{{base},"amountMinor":100}}"#);
+    assert!(ServicingEvent::decode(once.as_bytes()).is_ok());
+}
+
+#[test]
+fn when_an_amount_is_not_a_plain_integer_should_say_what_is_wrong() {
+    let with_amount = |amount: &str| {
+        format!(
+            r#"{{"sourceSystem":"psp","sourceEventId":"n1","eventType":"PAYMENT_SETTLED","accountId":"acc_1","eventTime":"2026-09-10T10:00:00Z","currency":"EUR","amountMinor":{amount}}}"#
+        )
+    };
+    for (amount, says) in [
+        ("50000.0", "without a decimal point or exponent"),
+        ("1e3", "without a decimal point or exponent"),
+        ("0.5", "not a fraction"),
+        ("-0", "not negative (-0)"),
+        ("-5", "in 0..=10^15"),
+    ] {
+        let why = rejection(&with_amount(amount));
+        assert!(
+            why.contains("`amountMinor`") && why.contains(says),
+            "{amount}: {why}"
+        );
+    }
+}

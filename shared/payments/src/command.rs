@@ -96,6 +96,8 @@ impl PaymentCommand {
     pub fn parse(body: &[u8]) -> Result<Self, Result<Vec<FieldError>, String>> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| Err(format!("the body is not JSON: {e}")))?;
+        servicing_domain::event::unique_keys(body)
+            .map_err(|e| Err(format!("the body is ambiguous: {e}")))?;
         let object = value
             .as_object()
             .ok_or_else(|| Err("the body must be a JSON object".to_owned()))?;
