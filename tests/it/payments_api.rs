@@ -18,6 +18,8 @@ use servicing_store::{Fault, FaultPlan};
 on_both_engines!(
     when_every_documented_status_is_exercised_should_match_the_openapi_document,
     when_20_concurrent_posts_share_one_key_should_store_one_outbox_item,
+    when_a_role_retries_from_another_session_should_replay_not_pay_twice,
+    when_a_key_is_reused_after_its_retention_should_refuse_it_not_accept_a_lost_payment,
 );
 
 const ALICE: &str = "arn:aws:iam::123456789012:user/alice";
@@ -393,4 +395,90 @@ async fn when_20_concurrent_posts_share_one_key_should_store_one_outbox_item(eng
         .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
         .count();
     assert_eq!(api_outbox, 1);
+}
+
+async fn when_a_role_retries_from_another_session_should_replay_not_pay_twice(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    open_account(&servicing, "acc_role").await;
+    let api = api(&servicing, FaultPlan::default());
+    let body = payment("acc_role", 4_200, "inv-role");
+    // One ECS task's session, then (credentials refreshed, or another pod) another one.
+    let first = api
+        .handle(post(
+            Some("arn:aws:sts::123456789012:assumed-role/payments-client/task-1"),
+            Some("role-key"),
+            &body,
+        ))
+        .await;
+    assert_eq!(first.status(), 202);
+    let retry = api
+        .handle(post(
+            Some("arn:aws:sts::123456789012:assumed-role/payments-client/botocore-session-1796000000"),
+            Some("role-key"),
+            &body,
+        ))
+        .await;
+    assert_eq!(retry.status(), 202);
+    assert_eq!(header(&retry, "idempotent-replayed"), Some("true"));
+    assert_eq!(body_json(&first), body_json(&retry));
+    // Another role with the same key is another caller: its own payment.
+    let other = api
+        .handle(post(
+            Some("arn:aws:sts::123456789012:assumed-role/other-client/task-1"),
+            Some("role-key"),
+            &body,
+        ))
+        .await;
+    assert_eq!(other.status(), 202);
+    assert_eq!(header(&other, "idempotent-replayed"), None);
+    let api_outbox = servicing
+        .items_of_type("OUTBOX")
+        .await
+        .iter()
+        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
+        .count();
+    assert_eq!(api_outbox, 2, "one payment per role");
+}
+
+async fn when_a_key_is_reused_after_its_retention_should_refuse_it_not_accept_a_lost_payment(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    open_account(&servicing, "acc_retained").await;
+    let short = servicing_store::StoreConfig {
+        claim_retention: std::time::Duration::from_secs(1),
+        ..servicing_store::StoreConfig::new(&servicing.table, "payments-api")
+    };
+    let api = PaymentsApi::new(servicing_store::ServicingStore::new(
+        servicing.client.clone(),
+        short,
+    ));
+    let body = payment("acc_retained", 900, "inv-old");
+    let first = api.handle(post(Some(ALICE), Some("old-key"), &body)).await;
+    assert_eq!(first.status(), 202);
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    // Before: a fresh 202 whose outbox put modified the first event's item (a MODIFY the relay
+    // skips) — accepted, never applied. Now the key stays refused: same body or another.
+    for reused in [body.clone(), payment("acc_retained", 901, "inv-new")] {
+        let again = api
+            .handle(post(Some(ALICE), Some("old-key"), &reused))
+            .await;
+        assert_eq!(again.status(), 422);
+        assert!(
+            body_json(&again)["type"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("/idempotency-key-expired")
+        );
+    }
+    let api_outbox: Vec<_> = servicing
+        .items_of_type("OUTBOX")
+        .await
+        .into_iter()
+        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
+        .collect();
+    assert_eq!(api_outbox.len(), 1, "only the first payment");
+    // A new key is a new payment.
+    let fresh = api.handle(post(Some(ALICE), Some("new-key"), &body)).await;
+    assert_eq!(fresh.status(), 202);
 }

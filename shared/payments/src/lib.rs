@@ -190,6 +190,14 @@ impl PaymentsApi {
                         "this key was first used with another body; use a new key for a new payment",
                     ));
                 }
+                CommandOutcome::Expired => {
+                    return Err(Problem::new(
+                        422,
+                        "idempotency-key-expired",
+                        "Idempotency-Key used before, beyond its retention",
+                        "this key was used longer ago than the retention and can no longer be replayed or reused; use a new key for a new payment",
+                    ));
+                }
                 CommandOutcome::AccountMissing => return Err(unknown_account(&command.account_id)),
                 // The account's currency decides acceptance: a payment the consumer would
                 // quarantine is refused here, with nothing stored.
@@ -289,23 +297,68 @@ fn route(request: &Request) -> Option<(&'static str, Vec<&str>)> {
     Some((method, segments[start..].to_vec()))
 }
 
-/// The caller: the IAM user/role ARN of an IAM-authorized route, or the `sub` (else the
-/// client id) of a JWT-authorized one.
+/// The caller, as the idempotency scope and the events' `sourceSystem` know it: an IAM user by
+/// its ARN, an assumed role by the role (never by the session, which changes per task, pod and
+/// credential refresh: a retry from another session of the role is the same caller), a JWT
+/// caller by its issuer and `sub` (else `client_id`), so two issuers' users never share a scope.
 pub fn principal(request: &Request) -> Option<Principal> {
     let RequestContext::ApiGatewayV2(context) = request.request_context_ref()? else {
         return None;
     };
     let authorizer = context.authorizer.as_ref()?;
     if let Some(iam) = &authorizer.iam
-        && let Some(arn) = iam.user_arn.clone().or_else(|| iam.caller_id.clone())
+        && let Some(arn) = iam.user_arn.as_deref().or(iam.caller_id.as_deref())
     {
-        return Principal::new(arn);
+        return Principal::new(iam_caller(arn));
     }
     let claims = &authorizer.jwt.as_ref()?.claims;
-    claims
-        .get("sub")
-        .or_else(|| claims.get("client_id"))
-        .and_then(|id| Principal::new(id.clone()))
+    let issuer = claims.get("iss").map(String::as_str).unwrap_or_default();
+    let subject = match (claims.get("sub"), claims.get("client_id")) {
+        (Some(sub), _) if !sub.is_empty() => format!("sub:{sub}"),
+        (_, Some(client)) if !client.is_empty() => format!("client:{client}"),
+        _ => return None,
+    };
+    Principal::new(format!("jwt:{issuer}|{subject}"))
+}
+
+/// `arn:<partition>:sts::<account>:assumed-role/<role>/<session>` is scoped as the role,
+/// `arn:<partition>:iam::<account>:role/<role>` (role names are unique within an account, so
+/// the name identifies the role whatever its path); any other ARN as it is.
+fn iam_caller(arn: &str) -> String {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    if let [prefix, partition, "sts", "", account, resource] = parts.as_slice()
+        && let Some(rest) = resource.strip_prefix("assumed-role/")
+        && let Some((role, _session)) = rest.split_once('/')
+    {
+        return format!("{prefix}:{partition}:iam::{account}:role/{role}");
+    }
+    arn.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::iam_caller;
+
+    #[test]
+    fn when_a_role_is_assumed_should_scope_the_caller_by_the_role_not_the_session() {
+        let role = "arn:aws:iam::123456789012:role/payments-client";
+        for session in ["ecs-task-1", "botocore-session-1796000000", "pod-7f9c"] {
+            let arn = format!("arn:aws:sts::123456789012:assumed-role/payments-client/{session}");
+            assert_eq!(iam_caller(&arn), role);
+        }
+        assert_eq!(
+            iam_caller("arn:aws-us-gov:sts::123456789012:assumed-role/r/s"),
+            "arn:aws-us-gov:iam::123456789012:role/r"
+        );
+        // Users and other ARNs stay as they are.
+        for arn in [
+            "arn:aws:iam::123456789012:user/ops/alice",
+            "arn:aws:sts::123456789012:federated-user/bob",
+            "AIDAEXAMPLE",
+        ] {
+            assert_eq!(iam_caller(arn), arn);
+        }
+    }
 }
 
 fn parse_account(raw: &str) -> Result<AccountId, Problem> {

@@ -14,6 +14,8 @@ pub const SK: &str = "sk";
 pub const ITEM_TYPE: &str = "itemType";
 pub const VERSION: &str = "version";
 pub const EXPIRES_AT: &str = "expiresAt";
+/// Until when an API idempotency record replays its response (it is never deleted).
+pub const REPLAY_UNTIL: &str = "replayUntil";
 pub const FINGERPRINT: &str = "fingerprint";
 pub const VERDICT: &str = "verdict";
 pub const REVERSED_BY: &str = "reversedBy";

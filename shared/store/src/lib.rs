@@ -281,6 +281,9 @@ pub enum CommandOutcome {
     Accepted,
     /// The key was used before (by this caller): here is what was stored.
     Existing(StoredResponse),
+    /// The key was used before, longer ago than the retention: its record is kept (a
+    /// tombstone) so the key can never start a second payment, but it no longer replays.
+    Expired,
     /// The account does not exist (nothing stored).
     AccountMissing,
     /// The account is kept in another currency (nothing stored).
@@ -723,7 +726,7 @@ impl ServicingStore {
             .build())
     }
 
-    /// A put of a claim-like record (a fact's claim, an API idempotency record): only where none
+    /// A put of a fact's claim: only where none
     /// is live — one past its stored expiry no longer counts, whether or not TTL deleted it yet —
     /// and the live one returned on refusal (`ALL_OLD`), to tell a repeat from a collision.
     fn claim_put(&self, item: Item, now: i64) -> Result<TransactWriteItem, StoreError> {
@@ -732,6 +735,19 @@ impl ServicingStore {
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(pk) OR expiresAt < :now")
             .expression_attribute_values(":now", n(now))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(invalid_request)?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// A put of a record that is never replaced once written (an API idempotency record), the
+    /// stored one returned on refusal (`ALL_OLD`).
+    fn tombstoned_put(&self, item: Item) -> Result<TransactWriteItem, StoreError> {
+        let put = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(invalid_request)?;
@@ -896,7 +912,7 @@ impl ServicingStore {
             return injected.map(|_| CommandOutcome::InFlight);
         }
         let (now, _) = now_epoch();
-        let expires_at = now + self.config.claim_retention.as_secs() as i64;
+        let replay_until = now + self.config.claim_retention.as_secs() as i64;
         let mut record = items::key_item(items::idempotency_key(principal_scope, key));
         record.insert(items::ITEM_TYPE.into(), s("IDEMPOTENCY"));
         record.insert("principalScope".into(), s(principal_scope));
@@ -908,7 +924,10 @@ impl ServicingStore {
         record.insert("responseStatus".into(), n(response.status));
         record.insert("responseBody".into(), s(&response.body));
         record.insert("createdAt".into(), n(now));
-        record.insert(items::EXPIRES_AT.into(), n(expires_at));
+        // No `expiresAt`: TTL never deletes the record, so a key reused after the retention
+        // meets it (a tombstone) instead of creating a payment whose outbox event id — derived
+        // from the key — already exists downstream. It replays until `replayUntil`.
+        record.insert(items::REPLAY_UNTIL.into(), n(replay_until));
         let account_in_currency = ConditionCheck::builder()
             .table_name(&self.config.table)
             .set_key(Some(items::key_item(items::loan_key(account_id))))
@@ -919,17 +938,17 @@ impl ServicingStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(invalid_request)?;
-        let outbox_item = items::raw_outbox_item(outbox, now, expires_at);
+        let outbox_item = items::raw_outbox_item(outbox, now, replay_until);
         let result = self
             .client
             .transact_write_items()
-            .transact_items(self.claim_put(record, now)?)
+            .transact_items(self.tombstoned_put(record)?)
             .transact_items(
                 TransactWriteItem::builder()
                     .condition_check(account_in_currency)
                     .build(),
             )
-            .transact_items(self.put(outbox_item, None)?)
+            .transact_items(self.put(outbox_item, Some(CREATE_ONLY))?)
             .send()
             .await;
         let cancelled = match result {
@@ -945,6 +964,15 @@ impl ServicingStore {
             let item = reasons[0].item().ok_or_else(|| {
                 StoreError::Corrupt("refused idempotency record came back empty".into())
             })?;
+            // Records written before the tombstone rule carry `expiresAt` instead.
+            let until = items::number(item, items::REPLAY_UNTIL)
+                .or_else(|_| items::number(item, items::EXPIRES_AT))
+                .map_err(|_| {
+                    StoreError::Corrupt("idempotency record without its retention".into())
+                })?;
+            if (until as i64) < now {
+                return Ok(CommandOutcome::Expired);
+            }
             let stored = StoredResponse {
                 request_fingerprint: Fingerprint::from_stored(
                     items::string(item, items::FINGERPRINT)
