@@ -335,32 +335,6 @@ fn iam_caller(arn: &str) -> String {
     arn.to_owned()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::iam_caller;
-
-    #[test]
-    fn when_a_role_is_assumed_should_scope_the_caller_by_the_role_not_the_session() {
-        let role = "arn:aws:iam::123456789012:role/payments-client";
-        for session in ["ecs-task-1", "botocore-session-1796000000", "pod-7f9c"] {
-            let arn = format!("arn:aws:sts::123456789012:assumed-role/payments-client/{session}");
-            assert_eq!(iam_caller(&arn), role);
-        }
-        assert_eq!(
-            iam_caller("arn:aws-us-gov:sts::123456789012:assumed-role/r/s"),
-            "arn:aws-us-gov:iam::123456789012:role/r"
-        );
-        // Users and other ARNs stay as they are.
-        for arn in [
-            "arn:aws:iam::123456789012:user/ops/alice",
-            "arn:aws:sts::123456789012:federated-user/bob",
-            "AIDAEXAMPLE",
-        ] {
-            assert_eq!(iam_caller(arn), arn);
-        }
-    }
-}
-
 fn parse_account(raw: &str) -> Result<AccountId, Problem> {
     AccountId::parse(raw).map_err(|e| {
         Problem::validation(vec![FieldError {
@@ -403,4 +377,30 @@ fn json_response(status: u16, body: &str, replayed: bool) -> Response<Body> {
     builder
         .body(Body::Text(body.to_owned()))
         .unwrap_or_else(|_| Response::new(Body::Empty))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::iam_caller;
+
+    #[test]
+    fn when_a_role_is_assumed_should_scope_the_caller_by_the_role_not_the_session() {
+        let role = "arn:aws:iam::123456789012:role/payments-client";
+        for session in ["ecs-task-1", "botocore-session-1796000000", "pod-7f9c"] {
+            let arn = format!("arn:aws:sts::123456789012:assumed-role/payments-client/{session}");
+            assert_eq!(iam_caller(&arn), role);
+        }
+        assert_eq!(
+            iam_caller("arn:aws-us-gov:sts::123456789012:assumed-role/r/s"),
+            "arn:aws-us-gov:iam::123456789012:role/r"
+        );
+        // Users and other ARNs stay as they are.
+        for arn in [
+            "arn:aws:iam::123456789012:user/ops/alice",
+            "arn:aws:sts::123456789012:federated-user/bob",
+            "AIDAEXAMPLE",
+        ] {
+            assert_eq!(iam_caller(arn), arn);
+        }
+    }
 }
