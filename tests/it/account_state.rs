@@ -771,7 +771,8 @@ async fn when_an_event_is_dated_in_the_future_should_quarantine_it_unclaimed_so_
     // Up to the skew ahead is accepted (clocks differ a little).
     let mut soon: Value =
         serde_json::from_str(&payment("acc_clock", "pay-soon", 10)).expect("json");
-    let in_an_hour = chrono::Utc::now() + chrono::Duration::hours(1);
+    let in_an_hour = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
+        + chrono::Duration::hours(1);
     soon["eventTime"] = json!(in_an_hour.to_rfc3339());
     let results = deliver(&handler, &[("s".into(), soon.to_string())]).await;
     assert_eq!(results[0].1, MessageResult::Applied);

@@ -32,7 +32,14 @@ impl Engine {
 
     /// SDK configuration pointing every service at this engine, with dummy credentials.
     pub async fn sdk_config(self) -> SdkConfig {
+        // Local engines under a loaded CI machine can take seconds per request: roomier
+        // timeouts than the functions' (the timeout path has its own test).
+        let roomy = aws_config::timeout::TimeoutConfig::builder()
+            .operation_attempt_timeout(std::time::Duration::from_secs(60))
+            .operation_timeout(std::time::Duration::from_secs(120))
+            .build();
         aws_setup::loader()
+            .timeout_config(roomy)
             .endpoint_url(self.endpoint())
             .region(Region::new("us-east-1"))
             .credentials_provider(Credentials::new("test", "test", None, None, "local-engine"))

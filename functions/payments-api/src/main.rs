@@ -13,9 +13,9 @@ fn retention() -> Result<std::time::Duration, Error> {
     match std::env::var("IDEMPOTENCY_RETENTION_DAYS") {
         Err(_) => Ok(DEFAULT_CLAIM_RETENTION),
         Ok(days) => match days.parse::<u64>() {
-            Ok(d) if d >= 1 => Ok(std::time::Duration::from_secs(d * 86_400)),
+            Ok(d) if (1..=3650).contains(&d) => Ok(std::time::Duration::from_secs(d * 86_400)),
             _ => Err(format!(
-                "IDEMPOTENCY_RETENTION_DAYS must be a whole number >= 1, got {days:?}"
+                "IDEMPOTENCY_RETENTION_DAYS must be a whole number in 1..=3650, got {days:?}"
             )
             .into()),
         },

@@ -11,12 +11,26 @@ use aws_smithy_http_client::{
     tls::{self, rustls_provider::CryptoMode},
 };
 
-/// A config loader with the project's HTTP client; callers may add overrides before `load()`.
+/// A config loader with the project's HTTP client and timeouts; callers may add overrides
+/// before `load()`.
 pub fn loader() -> ConfigLoader {
     let http_client = Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
         .build_https();
-    aws_config::defaults(BehaviorVersion::latest()).http_client(http_client)
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http_client)
+        .timeout_config(timeouts())
+}
+
+/// A hung request must not eat the invocation (functions run 30 s): each attempt is cut at
+/// 3 s, an operation with its retries at 10 s, so a batch still answers (its failures are
+/// retried by SQS) instead of the whole invocation timing out.
+pub fn timeouts() -> aws_config::timeout::TimeoutConfig {
+    aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .operation_attempt_timeout(std::time::Duration::from_secs(3))
+        .operation_timeout(std::time::Duration::from_secs(10))
+        .build()
 }
 
 /// The configuration from the environment (region, credentials, endpoints).

@@ -38,7 +38,7 @@ pub enum ConfigError {
     #[error("{name} must be {rule}, got {value:?}")]
     Invalid {
         name: &'static str,
-        rule: &'static str,
+        rule: String,
         value: String,
     },
 }
@@ -75,38 +75,54 @@ impl Config {
             .filter(|t| !t.is_empty())
             .ok_or(ConfigError::Missing("TABLE_NAME"))?;
         let mut config = Self::for_table(table);
-        let number =
-            |name: &'static str, default: u64, min: u64| -> Result<u64, ConfigError> {
-                match get(name) {
-                    None => Ok(default),
-                    Some(value) => value.parse::<u64>().ok().filter(|v| *v >= min).ok_or(
-                        ConfigError::Invalid {
-                            name,
-                            rule: "a whole number within range",
-                            value,
-                        },
-                    ),
-                }
+        // Every number has a range: no overflow in `days × 86400`, no truncating cast.
+        let number = |name: &'static str,
+                      default: u64,
+                      range: std::ops::RangeInclusive<u64>|
+         -> Result<u64, ConfigError> {
+            let Some(value) = get(name) else {
+                return Ok(default);
             };
-        config.claim_retention =
-            Duration::from_secs(number("CLAIM_RETENTION_DAYS", 35, 1)? * 86_400);
-        config.max_event_time_skew =
-            Duration::from_secs(number("MAX_EVENT_TIME_SKEW_SECONDS", 86_400, 0)?);
-        config.max_commit_attempts = number("MAX_COMMIT_ATTEMPTS", 5, 1)? as u32;
-        config.conflict_backoff = Duration::from_millis(number("CONFLICT_BACKOFF_MS", 10, 0)?);
-        config.account_concurrency = number("ACCOUNT_CONCURRENCY", 100, 1)? as usize;
-        config.state_cache_capacity = number("STATE_CACHE_CAPACITY", 10_000, 0)? as usize;
-        config.max_transaction_items =
-            number("MAX_TRANSACTION_ITEMS", MAX_TRANSACTION_ITEMS as u64, 1)? as usize;
-        if config.max_transaction_items > MAX_TRANSACTION_ITEMS {
-            return Err(ConfigError::Invalid {
-                name: "MAX_TRANSACTION_ITEMS",
-                rule: "at most 100 (DynamoDB's limit)",
-                value: config.max_transaction_items.to_string(),
-            });
-        }
+            value
+                .parse::<u64>()
+                .ok()
+                .filter(|v| range.contains(v))
+                .ok_or(ConfigError::Invalid {
+                    name,
+                    rule: range_rule(&range),
+                    value,
+                })
+        };
+        let days = number("CLAIM_RETENTION_DAYS", 35, 1..=3650)?;
+        config.claim_retention = Duration::from_secs(days * 86_400);
+        config.max_event_time_skew = Duration::from_secs(number(
+            "MAX_EVENT_TIME_SKEW_SECONDS",
+            86_400,
+            0..=30 * 86_400,
+        )?);
+        config.max_commit_attempts = narrow(number("MAX_COMMIT_ATTEMPTS", 5, 1..=100)?);
+        config.conflict_backoff =
+            Duration::from_millis(number("CONFLICT_BACKOFF_MS", 10, 0..=60_000)?);
+        config.account_concurrency = narrow(number("ACCOUNT_CONCURRENCY", 100, 1..=10_000)?);
+        config.state_cache_capacity =
+            narrow(number("STATE_CACHE_CAPACITY", 10_000, 0..=10_000_000)?);
+        config.max_transaction_items = narrow(number(
+            "MAX_TRANSACTION_ITEMS",
+            MAX_TRANSACTION_ITEMS as u64,
+            1..=MAX_TRANSACTION_ITEMS as u64,
+        )?);
         Ok(config)
     }
+}
+
+/// The rule of a number setting, for its error message.
+fn range_rule(range: &std::ops::RangeInclusive<u64>) -> String {
+    format!("a whole number in {}..={}", range.start(), range.end())
+}
+
+/// A value already checked against a range that fits the target type.
+fn narrow<T: TryFrom<u64> + Default>(value: u64) -> T {
+    T::try_from(value).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -130,6 +146,28 @@ mod tests {
         })
         .expect_err("malformed");
         assert!(err.to_string().starts_with("MAX_COMMIT_ATTEMPTS must be"));
+    }
+
+    #[test]
+    fn when_a_number_would_overflow_or_truncate_should_refuse_it() {
+        for (name, value) in [
+            ("CLAIM_RETENTION_DAYS", "213503982334601"),
+            ("MAX_COMMIT_ATTEMPTS", "4294967296"),
+            ("MAX_TRANSACTION_ITEMS", "101"),
+            ("ACCOUNT_CONCURRENCY", "0"),
+        ] {
+            let err = Config::from_lookup(|k| match k {
+                "TABLE_NAME" => Some("t".into()),
+                k if k == name => Some(value.into()),
+                _ => None,
+            })
+            .expect_err(name);
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("{name} must be a whole number in")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -121,7 +121,7 @@ impl AccountStateHandler {
         let mut by_account: Vec<(AccountId, Vec<Pending<'_>>)> = Vec::new();
         let mut index: HashMap<AccountId, usize> = HashMap::new();
 
-        let now = chrono::Utc::now();
+        let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now());
         for message in messages {
             let message_id = message.message_id.as_deref().unwrap_or_default();
             let body = message.body.as_deref().unwrap_or_default();

@@ -1003,15 +1003,12 @@ impl ServicingStore {
         if codes.contains(&"TransactionConflict") {
             return Ok(CommandOutcome::InFlight);
         }
-        if codes
-            .iter()
-            .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
-        {
-            return Err(StoreError::Transient(format!(
+        if codes.iter().any(|c| refuses_the_request(c)) {
+            return Err(StoreError::Rejected(format!(
                 "transaction cancelled: {codes:?}"
             )));
         }
-        Err(StoreError::Rejected(format!(
+        Err(StoreError::Transient(format!(
             "transaction cancelled: {codes:?}"
         )))
     }
@@ -1337,9 +1334,7 @@ fn map_cancellation(
                 }
             }
             (_, "TransactionConflict") => contended = true,
-            (_, "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded") => {
-                throttled = true
-            }
+            (_, code) if is_throttling(code) => throttled = true,
             _ => {}
         }
     }
@@ -1360,10 +1355,10 @@ fn map_cancellation(
         CommitOutcome::Withdrawn
     } else {
         let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
-        return Err(if throttled {
-            StoreError::Transient(format!("transaction throttled: {codes:?}"))
-        } else {
+        return Err(if codes.iter().any(|c| refuses_the_request(c)) {
             StoreError::Rejected(format!("transaction cancelled: {codes:?}"))
+        } else {
+            StoreError::Transient(format!("transaction cancelled: {codes:?}"))
         });
     };
     Ok(refused
@@ -1387,19 +1382,82 @@ where
     }
 }
 
+/// One classifier for every path: only an error that says *this request* can never succeed
+/// is permanent (the caller quarantines it); everything else — throttling, 5xx, unknown codes,
+/// no code at all, and misconfiguration such as a missing table or denied access, which must
+/// not quarantine every message — is retried (and reaches the DLQ and its alarm if it lasts).
 fn classify_service<E>(error: E) -> StoreError
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error,
 {
     let code = error.code().unwrap_or("Unknown").to_owned();
     let message = format!("{code}: {}", error.message().unwrap_or_default());
-    match code.as_str() {
-        "ProvisionedThroughputExceededException"
-        | "ThrottlingException"
-        | "RequestLimitExceeded"
-        | "InternalServerError"
-        | "ServiceUnavailable"
-        | "TransactionInProgressException" => StoreError::Transient(message),
-        _ => StoreError::Rejected(message),
+    if refuses_the_request(&code) {
+        StoreError::Rejected(message)
+    } else {
+        StoreError::Transient(message)
+    }
+}
+
+/// DynamoDB error codes (of an operation, or of a cancelled transaction's item) that mean the
+/// request as such is wrong: sending it again cannot help.
+fn refuses_the_request(code: &str) -> bool {
+    matches!(
+        code,
+        "ValidationException"
+            | "ValidationError"
+            | "SerializationException"
+            | "ItemCollectionSizeLimitExceededException"
+            | "ItemCollectionSizeLimitExceeded"
+    )
+}
+
+/// Cancellation reason codes that mean "try again later".
+fn is_throttling(code: &str) -> bool {
+    matches!(
+        code,
+        "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded"
+    )
+}
+
+#[cfg(test)]
+mod classification_tests {
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::get_item::GetItemError;
+
+    use super::*;
+
+    fn with_code(code: Option<&str>) -> StoreError {
+        let mut meta = ErrorMetadata::builder().message("m");
+        if let Some(code) = code {
+            meta = meta.code(code);
+        }
+        classify_service(GetItemError::generic(meta.build()))
+    }
+
+    #[test]
+    fn when_dynamodb_answers_an_error_should_quarantine_only_what_refuses_the_request() {
+        for code in [
+            Some("RequestLimitExceeded"),
+            Some("ThrottlingException"),
+            Some("ProvisionedThroughputExceededException"),
+            Some("InternalServerError"),
+            Some("ServiceUnavailable"),
+            Some("SomeCodeAddedNextYear"),
+            Some("AccessDeniedException"),
+            Some("ResourceNotFoundException"),
+            None,
+        ] {
+            assert!(with_code(code).is_transient(), "{code:?}");
+        }
+        for code in [
+            "ValidationException",
+            "ItemCollectionSizeLimitExceededException",
+        ] {
+            assert!(
+                matches!(with_code(Some(code)), StoreError::Rejected(_)),
+                "{code}"
+            );
+        }
     }
 }

@@ -83,7 +83,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     );
 
     // The consumer's rules with this machine's clock: an event dated too far ahead is quarantined.
-    let now = chrono::Utc::now();
+    let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now());
     let mut ledger = Ledger::with_clock(now, servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW);
     ledger.replay(delivered);
 
