@@ -216,6 +216,18 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         deliver(&servicing, std::slice::from_ref(&collision), 1).await[0],
         MessageResult::Collision
     );
+    // The daily (window) reconciliation counts it, although its identity has the first claim.
+    let now = servicing_ops::now_epoch_secs();
+    let daily = servicing_ops::reconcile::reconcile(
+        &servicing.client,
+        &servicing.table,
+        "account-state",
+        (now - 3600, now + 1),
+        None,
+    )
+    .await
+    .expect("reconcile");
+    assert_eq!(daily.collisions, 1, "{:?}", daily.lines());
 
     let items = quarantine::list(&servicing.client, &servicing.table, Some("account-state"))
         .await
@@ -248,6 +260,7 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         &servicing.table,
         &queue_url,
         &by_code("collision"),
+        WINDOW,
     )
     .await;
     assert!(refused.expect_err("collision").contains("is a collision"));
@@ -259,6 +272,7 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         &servicing.table,
         &queue_url,
         &by_code("awaited_fact_missing"),
+        WINDOW,
     )
     .await
     .expect("redrive");
@@ -270,6 +284,7 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         &servicing.table,
         &queue_url,
         &by_code("currency_mismatch"),
+        WINDOW,
     )
     .await
     .expect("redrive");
@@ -322,8 +337,14 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
     assert_eq!(redriven_item.redrive_count, 1);
 }
 
+/// The default claim retention; no override.
+const WINDOW: quarantine::RedriveWindow = quarantine::RedriveWindow {
+    claim_retention_secs: 35 * 86_400,
+    allow_beyond_retention: false,
+};
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn when_a_replay_holds_facts_older_than_the_claim_retention_should_refuse() {
+async fn when_a_replay_holds_facts_without_a_claim_that_outlives_delivery_should_refuse() {
     let servicing = Servicing::new(Engine::MiniStack).await;
     let event = |id: &str, days_ago: i64| {
         let at = std::time::SystemTime::now()
@@ -337,31 +358,116 @@ async fn when_a_replay_holds_facts_older_than_the_claim_retention_should_refuse(
     };
     deliver(
         &servicing,
-        &[lines("basic.jsonl")[0].clone(), event("recent-applied", 40)],
+        &[lines("basic.jsonl")[0].clone(), event("old-applied", 40)],
         1,
     )
     .await;
-    // A recent fact; a 40-day-old fact claimed moments ago (its claim is alive: a harmless
-    // duplicate); a 60-day-old fact without a claim (it may have applied before its claim expired).
+    // Judged by the claim, not by the event's age: a 40-day-old fact claimed moments ago is a
+    // harmless duplicate; a fresh-looking fact without a claim may have been applied before its
+    // claim expired (its eventTime proves nothing), so it is refused.
     let stream: Vec<Vec<u8>> = [
-        event("recent", 2),
-        event("recent-applied", 40),
+        event("old-applied", 40),
+        event("recent-unknown", 2),
         event("old-unknown", 60),
     ]
     .into_iter()
     .map(String::into_bytes)
     .collect();
-    let refusals = replay::check(&servicing.client, &servicing.table, &stream, 35 * 86_400)
+    let refusals = replay::check(&servicing.client, &servicing.table, &stream)
         .await
         .expect("check");
-    assert_eq!(refusals.len(), 1, "{refusals:?}");
-    assert_eq!(refusals[0].line, 3);
+    let lines: Vec<usize> = refusals.iter().map(|r| r.line).collect();
+    assert_eq!(lines, [2, 3], "{refusals:?}");
     assert!(
         refusals[0]
             .reason
-            .contains("psp:old-unknown happened 60 days ago, beyond the 35-day claim retention")
+            .contains("psp:recent-unknown has no live claim")
     );
     assert!(servicing.items_of_type("QUARANTINE").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_a_quarantined_fact_may_have_applied_since_its_claim_expired_should_refuse_the_redrive()
+ {
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let config = Engine::MiniStack.sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let (queue_url, _) = queue(&sqs, "redrive-old", true).await;
+    deliver(&servicing, &[lines("basic.jsonl")[0].clone()], 1).await;
+    // A fee quarantined (a USD fee on a EUR loan: rejected, claimed REJECTED)...
+    let fee = json!({"sourceSystem": "fees", "sourceEventId": "f-old", "eventType": "FEE_ASSESSED", "accountId": "acc_4002",
+        "eventTime": "2026-10-21T00:00:00Z", "amountMinor": 100, "currency": "USD", "feeType": "LATE_FEE"}).to_string();
+    deliver(&servicing, std::slice::from_ref(&fee), 1).await;
+    // ...the producer resent a corrected one, applied, and its claim expired later: with only
+    // a day of claim retention, the quarantine item is older than what any claim still covers.
+    let items = quarantine::list(&servicing.client, &servicing.table, Some("account-state"))
+        .await
+        .expect("list");
+    let id = items[0].id.clone();
+    servicing
+        .client
+        .delete_item()
+        .table_name(&servicing.table)
+        .set_key(Some(servicing_store::items::key_item(
+            servicing_store::items::claim_key(
+                "account-state",
+                &servicing_domain::SourceRef {
+                    system: "fees".into(),
+                    event_id: "f-old".into(),
+                },
+            ),
+        )))
+        .send()
+        .await
+        .expect("claim gone, as after its TTL");
+    let short = quarantine::RedriveWindow {
+        claim_retention_secs: 86_400,
+        allow_beyond_retention: false,
+    };
+    let refused = quarantine::redrive(
+        &servicing.client,
+        &sqs,
+        &servicing.table,
+        &queue_url,
+        &id,
+        short,
+    )
+    .await;
+    assert!(
+        refused
+            .as_ref()
+            .expect_err("refused")
+            .contains("may have been applied since"),
+        "{refused:?}"
+    );
+    // With the default retention the same item is covered: no claim then means never applied.
+    let redriven = quarantine::redrive(
+        &servicing.client,
+        &sqs,
+        &servicing.table,
+        &queue_url,
+        &id,
+        WINDOW,
+    )
+    .await;
+    assert!(redriven.is_ok(), "{redriven:?}");
+    // And the operator can insist, once they know.
+    let allowed = quarantine::RedriveWindow {
+        allow_beyond_retention: true,
+        ..short
+    };
+    assert!(
+        quarantine::redrive(
+            &servicing.client,
+            &sqs,
+            &servicing.table,
+            &queue_url,
+            &id,
+            allowed
+        )
+        .await
+        .is_ok()
+    );
 }
 
 fn chrono_like(secs: i64) -> String {

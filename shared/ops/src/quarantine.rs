@@ -104,12 +104,21 @@ pub struct Redriven {
 /// fix. Refuses collisions (the first fact stands; the source must send a new identity) and
 /// facts already applied. A business rejection's claim is released first (conditionally: only
 /// a `REJECTED` claim with this payload's fingerprint), else the redelivery would be a duplicate.
+/// How long claims deduplicate, and whether the operator accepts redriving a fact the claims
+/// cannot vouch for.
+#[derive(Debug, Clone, Copy)]
+pub struct RedriveWindow {
+    pub claim_retention_secs: i64,
+    pub allow_beyond_retention: bool,
+}
+
 pub async fn redrive(
     client: &aws_sdk_dynamodb::Client,
     sqs: &aws_sdk_sqs::Client,
     table: &str,
     queue_url: &str,
     id: &str,
+    window: RedriveWindow,
 ) -> Result<Redriven, String> {
     let q = inspect(client, table, id).await?;
     if q.consumer != "account-state" {
@@ -128,7 +137,22 @@ pub async fn redrive(
     if let Some(source) = &q.source {
         let claim = account_state_claim(client, table, source).await?;
         match claim.as_ref().and_then(|c| text(c, "verdict")) {
-            None => {}
+            None => {
+                // Unclaimed: never applied — unless it was applied after it was quarantined and
+                // that claim has expired since. Any claim made after the quarantine lives until
+                // at least quarantinedAt + retention; while that outlasts the queue's delivery
+                // horizon, "no claim" means "never applied".
+                let now = now_epoch_secs();
+                let covered_until = q.quarantined_at_ms / 1000 + window.claim_retention_secs;
+                if covered_until <= now + crate::replay::QUEUE_RETENTION_SECS
+                    && !window.allow_beyond_retention
+                {
+                    return Err(format!(
+                        "{source} was quarantined {} days ago and has no claim: it may have been                          applied since and its claim expired, so a redrive could apply it twice                          (--allow-beyond-retention once you know it was never applied)",
+                        (now - q.quarantined_at_ms / 1000) / 86_400
+                    ));
+                }
+            }
             Some("REJECTED") => {
                 let fingerprint = claim
                     .as_ref()

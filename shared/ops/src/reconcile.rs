@@ -21,8 +21,10 @@ pub struct Reconciliation {
     pub rejected: u64,
     /// Claimed as parked: waiting for another fact (their opening, the payment they reverse).
     pub parked: u64,
-    /// Quarantined without a claim: undecodable input, collisions, spent retry budgets.
+    /// Quarantined without a claim: undecodable input, future-dated events, expired parked facts.
     pub quarantined_unclaimed: u64,
+    /// Second payloads under an identity already claimed (quarantined; the first fact stands):
+    /// not unique facts of their own, so outside the identity, but counted and alarmed.
     pub collisions: u64,
     pub allocations_checked: u64,
     pub payments_checked: u64,
@@ -84,7 +86,7 @@ impl Reconciliation {
             self.parked
         ));
         out.push(format!(
-            "  - quarantined, unclaimed  {:>7}  (of which collisions {})",
+            "  - quarantined, unclaimed  {:>7}  (plus {} collisions: other payloads of claimed identities)",
             self.quarantined_unclaimed, self.collisions
         ));
         out.push(format!("AppliedBusinessEventCount   {:>7}", self.applied));
@@ -192,11 +194,22 @@ pub async fn reconcile(
                     ));
                 }
             }
+            report.collisions = quarantine
+                .iter()
+                .filter(|q| text(q, "code") == Some("collision"))
+                .filter(|q| source_of(q).is_some_and(|s| seen.contains_key(&s)))
+                .count() as u64;
             report.source = Some(counts);
             (scoped_claims, scoped_quarantine)
         }
         None => {
             let in_window = |t: Option<i64>| t.is_some_and(|t| t >= window.0 && t < window.1);
+            // A collision's identity has the first fact's claim: counted on its own.
+            report.collisions = quarantine
+                .iter()
+                .filter(|q| in_window(number(q, "quarantinedAt").map(|ms| ms / 1000)))
+                .filter(|q| text(q, "code") == Some("collision"))
+                .count() as u64;
             (
                 claims
                     .iter()
@@ -222,12 +235,7 @@ pub async fn reconcile(
                 .push(format!("claim with unknown verdict {other:?}")),
         }
     }
-    for q in &scoped_quarantine {
-        report.quarantined_unclaimed += 1;
-        if text(q, "code") == Some("collision") {
-            report.collisions += 1;
-        }
-    }
+    report.quarantined_unclaimed = scoped_quarantine.len() as u64;
     if let Some(s) = &report.source
         && s.unique != report.canonical_unique()
     {

@@ -1,11 +1,14 @@
-//! Guarded replays: sending a stream (an export, a DLQ dump) to the servicing queue again is
-//! harmless while every fact's claim is alive. A fact whose claim may have expired would apply a
-//! second time, so the guard refuses a replay holding facts older than the claim retention that
-//! have no live claim.
+//! Guarded replays: sending a fact to the servicing queue again is harmless while its claim
+//! lives until the queue has delivered it — it is then a duplicate. A fact is judged by its
+//! claim, never by its `eventTime`: without a live claim nobody can tell "never applied" from
+//! "applied, and its claim has expired since", and the second would apply twice.
 
-use servicing_domain::ServicingEvent;
+use servicing_domain::{ServicingEvent, SourceRef};
 
 use crate::{account_state_claim, failed, now_epoch_secs, number};
+
+/// SQS keeps a message at most 14 days: a sent fact may be delivered that late.
+pub const QUEUE_RETENTION_SECS: i64 = 14 * 86_400;
 
 /// Why a replay was refused, per fact.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,12 +17,39 @@ pub struct Refusal {
     pub reason: String,
 }
 
-/// Checks every line; returns the refusals (empty: safe to send).
+/// What the claims say about sending `source` again now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimWindow {
+    /// Claimed, and the claim outlives any delivery of the message: a resend is a duplicate.
+    Covered,
+    /// Claimed, but the claim expires (at this epoch second) before the queue might deliver.
+    ExpiresFirst(i64),
+    /// No live claim.
+    Unclaimed,
+}
+
+/// The claim of `source` against the queue's delivery horizon.
+pub async fn claim_window(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    source: &SourceRef,
+    now: i64,
+) -> Result<ClaimWindow, String> {
+    let claim = account_state_claim(client, table, source).await?;
+    Ok(match claim.as_ref().and_then(|c| number(c, "expiresAt")) {
+        Some(expires) if expires > now + QUEUE_RETENTION_SECS => ClaimWindow::Covered,
+        Some(expires) if expires > now => ClaimWindow::ExpiresFirst(expires),
+        _ => ClaimWindow::Unclaimed,
+    })
+}
+
+/// Checks every line; returns the refusals (empty: safe to send). A fact is safe when its claim
+/// outlives the queue's retention; unclaimed or soon-expiring facts are refused (send them with
+/// `--allow-beyond-retention` once you know they were never applied).
 pub async fn check(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     lines: &[Vec<u8>],
-    retention_secs: i64,
 ) -> Result<Vec<Refusal>, String> {
     let now = now_epoch_secs();
     let mut refusals = Vec::new();
@@ -28,27 +58,22 @@ pub async fn check(
         let Ok(event) = ServicingEvent::decode(body) else {
             continue;
         };
-        let age = now - event.event_time.timestamp();
-        if age < retention_secs {
-            continue;
-        }
-        let claim = account_state_claim(client, table, &event.source).await?;
-        let live = claim
-            .as_ref()
-            .and_then(|c| number(c, "expiresAt"))
-            .is_some_and(|expires| expires > now);
-        if !live {
-            refusals.push(Refusal {
-                line: i + 1,
-                reason: format!(
-                    "{} happened {} days ago, beyond the {}-day claim retention, and has no live claim: \
-                     if it was applied before, replaying it would apply it again",
-                    event.source,
-                    age / 86_400,
-                    retention_secs / 86_400
-                ),
-            });
-        }
+        let reason = match claim_window(client, table, &event.source, now).await? {
+            ClaimWindow::Covered => continue,
+            ClaimWindow::ExpiresFirst(at) => format!(
+                "{}'s claim expires in {} days, before the queue may deliver it (up to 14):                  after that a resend would apply it again",
+                event.source,
+                (at - now) / 86_400
+            ),
+            ClaimWindow::Unclaimed => format!(
+                "{} has no live claim: if it was applied before and its claim expired,                  replaying it would apply it again",
+                event.source
+            ),
+        };
+        refusals.push(Refusal {
+            line: i + 1,
+            reason,
+        });
     }
     Ok(refusals)
 }

@@ -24,11 +24,12 @@ const USAGE: &str = "usage:
       every parked fact: its account, identity, since when, and what it waits for
   ledgerctl quarantine list --table TABLE [--consumer C]
   ledgerctl quarantine inspect --table TABLE <id>...
-  ledgerctl quarantine redrive --table TABLE --queue URL <id>...
-      re-send quarantined bodies with their original identity (collisions are refused)
-  ledgerctl send --table TABLE --queue URL FILE.jsonl [--retention-days 35] [--allow-beyond-retention]
-      replay a stream to the servicing queue; refuses facts older than the claim retention
-      that have no live claim (they could apply twice)";
+  ledgerctl quarantine redrive --table TABLE --queue URL <id>... [--retention-days 35] [--allow-beyond-retention]
+      re-send quarantined bodies with their original identity (collisions are refused; so is an
+      unclaimed fact quarantined so long ago that it may have applied since and its claim expired)
+  ledgerctl send --table TABLE --queue URL FILE.jsonl [--allow-beyond-retention]
+      replay a stream to the servicing queue; refuses facts whose claim is missing or expires
+      before the queue may deliver them (up to 14 days): they could apply twice";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

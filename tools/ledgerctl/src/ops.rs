@@ -117,7 +117,15 @@ pub fn quarantine(args: &[String]) -> Result<ExitCode, String> {
     let (action, rest) = args
         .split_first()
         .ok_or("quarantine needs list, inspect or redrive")?;
-    let args = Args::parse(rest, &[])?;
+    let args = Args::parse(rest, &["allow-beyond-retention"])?;
+    let window = servicing_ops::quarantine::RedriveWindow {
+        claim_retention_secs: args
+            .number("retention-days", 35)?
+            .checked_mul(86_400)
+            .filter(|s| *s > 0)
+            .ok_or("--retention-days must be a positive number of days")?,
+        allow_beyond_retention: args.flag("allow-beyond-retention"),
+    };
     let table = args.required("table")?.to_owned();
     let result = runtime()?.block_on(async {
         let sdk = aws_setup::load().await;
@@ -147,7 +155,7 @@ pub fn quarantine(args: &[String]) -> Result<ExitCode, String> {
                 let sqs = aws_sdk_sqs::Client::new(&sdk);
                 let mut all_ok = true;
                 for id in &args.positional {
-                    match quarantine::redrive(&dynamodb, &sqs, &table, queue, id).await {
+                    match quarantine::redrive(&dynamodb, &sqs, &table, queue, id, window).await {
                         Ok(r) => println!("redriven {} as message {}{}", r.id, r.message_id,
                             if r.released_claim { " (its REJECTED claim was released)" } else { "" }),
                         Err(why) => {
@@ -198,12 +206,11 @@ pub fn send(args: &[String]) -> Result<ExitCode, String> {
         .first()
         .ok_or("the events file is required")?;
     let lines = read_lines(path)?;
-    let retention = args.number("retention-days", 35)? * 86_400;
     let allow = args.flag("allow-beyond-retention");
     let result = runtime()?.block_on(async {
         let sdk = aws_setup::load().await;
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        let refusals = replay::check(&dynamodb, &table, &lines, retention).await?;
+        let refusals = replay::check(&dynamodb, &table, &lines).await?;
         for r in &refusals {
             eprintln!("line {}: {}", r.line, r.reason);
         }
