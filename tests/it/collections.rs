@@ -18,6 +18,7 @@ on_both_engines!(
     when_stopped_between_intent_and_call_should_execute_the_pending_intent_on_replay,
     when_the_receiver_fails_transiently_should_retry_with_the_same_action_id,
     when_the_receiver_rejects_definitively_should_record_it_and_not_retry,
+    when_the_endpoint_is_moved_or_unauthorised_should_retry_not_drop_the_notification,
     when_the_envelope_is_bad_or_collides_should_quarantine,
 );
 
@@ -260,6 +261,44 @@ async fn when_the_receiver_fails_transiently_should_retry_with_the_same_action_i
     assert_eq!(
         action_status(&servicing, &action_id).await,
         ("SENT".into(), "3".into())
+    );
+}
+
+async fn when_the_endpoint_is_moved_or_unauthorised_should_retry_not_drop_the_notification(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    // Before: each of these was a final REJECTED — a customer notice dropped because the
+    // endpoint moved or its credentials lapsed.
+    receiver
+        .plan
+        .lock()
+        .expect("plan")
+        .extend([301, 401, 403, 404]);
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, FaultPlan::default());
+    for status in ["HTTP 301", "HTTP 401", "HTTP 403", "HTTP 404"] {
+        assert!(
+            matches!(deliver(&handler, "m1", envelope).await, MessageResult::Retry { reason } if reason.contains(status)),
+            "{status}"
+        );
+    }
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate { action: SENT_NOW }
+    );
+    assert_eq!(
+        receiver.distinct().len(),
+        1,
+        "one actionId for every attempt"
+    );
+    let action_id = receiver.keys()[0].clone();
+    assert_eq!(
+        action_status(&servicing, &action_id).await,
+        ("SENT".into(), "5".into())
     );
 }
 

@@ -14,9 +14,11 @@ use serde_json::Value;
 pub enum Delivery {
     /// 2xx: the receiver has it (a replayed key is answered 2xx too).
     Accepted { status: u16 },
-    /// A definitive 4xx (not 408/409/425/429): recorded, never retried.
+    /// The receiver says this request is wrong (400, 413, 422): recorded, never retried.
     Rejected { status: u16, reason: String },
-    /// 5xx, 408/409/425/429, timeout, connection failure: retry later with the same key.
+    /// Anything else — 5xx, 408/409/425/429, and also 3xx, 401, 403, 404 (a moved, misconfigured
+    /// or unauthorised endpoint says nothing about the notification), timeouts, connection
+    /// failures: retried later with the same key, and alarmed through the DLQ if it lasts.
     Failed { status: Option<u16>, reason: String },
 }
 
@@ -92,16 +94,50 @@ impl Notifier {
                     .collect::<String>()
             })
             .unwrap_or_default();
-        match status {
-            200..=299 => Delivery::Accepted { status },
-            408 | 409 | 425 | 429 | 500..=599 => Delivery::Failed {
-                status: Some(status),
-                reason: format!("HTTP {status}: {body}"),
-            },
-            _ => Delivery::Rejected {
-                status,
-                reason: format!("HTTP {status}: {body}"),
-            },
+        classify(status, body)
+    }
+}
+
+/// Only answers that mean "this request is wrong" are final: 400 (malformed), 413 (too large)
+/// and 422 (understood, refused). A customer notification is never dropped because of the
+/// endpoint's state (moved, unauthorised, not found): that is retried with the same key.
+fn classify(status: u16, body: String) -> Delivery {
+    let reason = format!("HTTP {status}: {body}");
+    match status {
+        200..=299 => Delivery::Accepted { status },
+        400 | 413 | 422 => Delivery::Rejected { status, reason },
+        _ => Delivery::Failed {
+            status: Some(status),
+            reason,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_the_receiver_answers_should_finalise_only_what_says_the_request_is_wrong() {
+        for status in [200, 201, 204] {
+            assert!(matches!(
+                classify(status, String::new()),
+                Delivery::Accepted { .. }
+            ));
+        }
+        for status in [400, 413, 422] {
+            assert!(
+                matches!(classify(status, String::new()), Delivery::Rejected { .. }),
+                "{status}"
+            );
+        }
+        for status in [
+            301, 302, 307, 401, 403, 404, 408, 409, 425, 429, 500, 502, 503,
+        ] {
+            assert!(
+                matches!(classify(status, String::new()), Delivery::Failed { .. }),
+                "{status}"
+            );
         }
     }
 }
