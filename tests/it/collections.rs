@@ -19,6 +19,7 @@ on_both_engines!(
     when_the_receiver_fails_transiently_should_retry_with_the_same_action_id,
     when_the_receiver_rejects_definitively_should_record_it_and_not_retry,
     when_the_endpoint_is_moved_or_unauthorised_should_retry_not_drop_the_notification,
+    when_a_twin_delivery_holds_the_lease_should_not_call_at_once_nor_overwrite_sent,
     when_the_envelope_is_bad_or_collides_should_quarantine,
 );
 
@@ -299,6 +300,96 @@ async fn when_the_endpoint_is_moved_or_unauthorised_should_retry_not_drop_the_no
     assert_eq!(
         action_status(&servicing, &action_id).await,
         ("SENT".into(), "5".into())
+    );
+}
+
+async fn when_a_twin_delivery_holds_the_lease_should_not_call_at_once_nor_overwrite_sent(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    receiver.plan.lock().expect("plan").push_back(503);
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, FaultPlan::default());
+    // The intent is recorded and the first call fails: PENDING.
+    assert!(matches!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Retry { .. }
+    ));
+    let action_id = receiver.keys()[0].clone();
+    // A twin delivery takes the lease and is calling right now.
+    let store = servicing.store(CONSUMER);
+    let until = servicing_store::epoch_millis() + 60_000;
+    assert_eq!(
+        store
+            .lease_action(&action_id, "twin", until)
+            .await
+            .expect("lease"),
+        None
+    );
+    let busy = deliver(&handler, "m1", envelope).await;
+    assert!(
+        matches!(&busy, MessageResult::Retry { reason } if reason.contains("another delivery")),
+        "{busy:?}"
+    );
+    assert_eq!(
+        receiver.keys().len(),
+        1,
+        "no second call while the twin holds the lease"
+    );
+    // The twin's call fails and it releases the lease; another twin takes it and dies
+    // mid-call: once its lease has run out, a delivery takes over, with the same actionId.
+    store
+        .record_action(
+            &action_id,
+            "twin",
+            ActionStatus::Pending,
+            Some(503),
+            "failed",
+        )
+        .await
+        .expect("record");
+    let expired = servicing_store::epoch_millis() - 1;
+    assert_eq!(
+        store
+            .lease_action(&action_id, "dead-twin", expired)
+            .await
+            .expect("lease"),
+        None
+    );
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate { action: SENT_NOW }
+    );
+    assert_eq!(receiver.keys().len(), 2);
+    assert_eq!(receiver.distinct().len(), 1, "one actionId");
+    // The dead twin's late answer cannot overwrite the SENT.
+    store
+        .record_action(
+            &action_id,
+            "dead-twin",
+            ActionStatus::Rejected,
+            Some(422),
+            "late",
+        )
+        .await
+        .expect("ignored");
+    assert_eq!(action_status(&servicing, &action_id).await.0, "SENT");
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate {
+            action: Some(ActionOutcome {
+                status: ActionStatus::Sent,
+                executed_now: false,
+            })
+        }
+    );
+    assert_eq!(
+        receiver.keys().len(),
+        2,
+        "a settled action is never called again"
     );
 }
 

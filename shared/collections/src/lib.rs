@@ -243,18 +243,36 @@ impl CollectionsHandler {
         }
     }
 
-    /// Executes the stored action if it is still pending, and records the outcome.
+    /// Executes the stored action if it is still pending, under a lease so twin deliveries
+    /// never call at once, and records the outcome.
     async fn execute_if_pending(&self, action_id: &str) -> Result<ActionOutcome, String> {
         let record = match self.store.action(action_id).await {
             Ok(Some(record)) => record,
             Ok(None) => return Err(format!("action {action_id} is not recorded")),
             Err(e) => return Err(e.to_string()),
         };
-        if record.status != ActionStatus::Pending {
-            return Ok(ActionOutcome {
-                status: record.status,
+        let settled = |status| {
+            Ok(ActionOutcome {
+                status,
                 executed_now: false,
-            });
+            })
+        };
+        if matches!(record.status, ActionStatus::Sent | ActionStatus::Rejected) {
+            return settled(record.status);
+        }
+        // Long enough for the call and its answer: a twin may take over only after that.
+        let lease_ms = i64::try_from(self.notifier.timeout().as_millis() * 2).unwrap_or(i64::MAX);
+        let lease_id = lease_id();
+        let until = servicing_store::epoch_millis().saturating_add(lease_ms + 2_000);
+        match self.store.lease_action(action_id, &lease_id, until).await {
+            Ok(None) => {}
+            Ok(Some(ActionStatus::Sending | ActionStatus::Pending)) => {
+                return Err(format!(
+                    "action {action_id} is being executed by another delivery; will retry"
+                ));
+            }
+            Ok(Some(status)) => return settled(status),
+            Err(e) => return Err(e.to_string()),
         }
         let delivery = self.notifier.send(action_id, &record.payload).await;
         let (status, http, detail) = match &delivery {
@@ -274,17 +292,24 @@ impl CollectionsHandler {
         );
         if let Err(e) = self
             .store
-            .record_action(action_id, status, http, &detail)
+            .record_action(action_id, &lease_id, status, http, &detail)
             .await
         {
             return Err(format!("could not record the action outcome: {e}"));
         }
         match status {
-            ActionStatus::Pending => Err(format!("notification failed, will retry: {detail}")),
-            settled => Ok(ActionOutcome {
-                status: settled,
+            ActionStatus::Sent | ActionStatus::Rejected => Ok(ActionOutcome {
+                status,
                 executed_now: true,
             }),
+            _ => {
+                tracing::warn!(
+                    alert = "notification_failed",
+                    action_id,
+                    "notification failed; retried with the same actionId"
+                );
+                Err(format!("notification failed, will retry: {detail}"))
+            }
         }
     }
 
@@ -311,4 +336,15 @@ fn retry(error: StoreError) -> MessageResult {
     MessageResult::Retry {
         reason: error.to_string(),
     }
+}
+
+/// A lease holder's id: unique per attempt (process id, time, counter).
+fn lease_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        servicing_store::epoch_millis(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
 }

@@ -51,6 +51,11 @@ impl Notifier {
         })
     }
 
+    /// How long a call may take before it counts as failed.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub async fn send(&self, action_id: &str, payload: &Value) -> Delivery {
         let request = http::Request::post(self.url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")

@@ -148,7 +148,9 @@ pub async fn redrive(
                     && !window.allow_beyond_retention
                 {
                     return Err(format!(
-                        "{source} was quarantined {} days ago and has no claim: it may have been                          applied since and its claim expired, so a redrive could apply it twice                          (--allow-beyond-retention once you know it was never applied)",
+                        "{source} was quarantined {} days ago and has no claim: it may have been applied since \
+                         and its claim expired, so a redrive could apply it twice \
+                         (--allow-beyond-retention once you know it was never applied)",
                         (now - q.quarantined_at_ms / 1000) / 86_400
                     ));
                 }

@@ -61,12 +61,12 @@ pub async fn check(
         let reason = match claim_window(client, table, &event.source, now).await? {
             ClaimWindow::Covered => continue,
             ClaimWindow::ExpiresFirst(at) => format!(
-                "{}'s claim expires in {} days, before the queue may deliver it (up to 14):                  after that a resend would apply it again",
+                "{}'s claim expires in {} days, before the queue may deliver it (up to 14): after that a resend would apply it again",
                 event.source,
                 (at - now) / 86_400
             ),
             ClaimWindow::Unclaimed => format!(
-                "{} has no live claim: if it was applied before and its claim expired,                  replaying it would apply it again",
+                "{} has no live claim: if it was applied before and its claim expired, replaying it would apply it again",
                 event.source
             ),
         };

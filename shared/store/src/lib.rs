@@ -138,6 +138,9 @@ pub struct ActionIntent {
 pub enum ActionStatus {
     /// Recorded, not (known to be) executed: a replay executes it again with the same id.
     Pending,
+    /// A delivery holds the lease and is calling the receiver (until `leaseUntil`; after that
+    /// another delivery may take it over, with the same id).
+    Sending,
     /// The receiver accepted it.
     Sent,
     /// The receiver refused it definitively (a 4xx): recorded, not retried.
@@ -148,6 +151,7 @@ impl ActionStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             ActionStatus::Pending => "PENDING",
+            ActionStatus::Sending => "SENDING",
             ActionStatus::Sent => "SENT",
             ActionStatus::Rejected => "REJECTED",
         }
@@ -156,6 +160,7 @@ impl ActionStatus {
     fn parse(value: &str) -> Option<Self> {
         [
             ActionStatus::Pending,
+            ActionStatus::Sending,
             ActionStatus::Sent,
             ActionStatus::Rejected,
         ]
@@ -365,6 +370,11 @@ pub struct ServicingStore {
 /// Now, in epoch seconds (claims' `claimedAt`, recent facts' `appliedAt`).
 pub fn epoch_seconds() -> i64 {
     now_epoch().0
+}
+
+/// Now, in epoch milliseconds (action leases).
+pub fn epoch_millis() -> i64 {
+    now_epoch().1
 }
 
 fn now_epoch() -> (i64, i64) {
@@ -1044,13 +1054,60 @@ impl ServicingStore {
         }))
     }
 
-    /// Records one execution attempt: the final status (`Sent`/`Rejected`) only while the action
-    /// is still pending (a concurrent replay may have recorded it first), or `Pending` again with
-    /// the error of a transient failure.
+    /// Takes the lease of a pending action (or of one whose lease has run out) for `lease_id`
+    /// until `until_ms`: only the lease holder calls the receiver, so twin deliveries never call
+    /// at once. `Ok(None)` when acquired, else the status that stands (`Sending`: a twin holds
+    /// a live lease; `Sent`/`Rejected`: settled).
+    #[tracing::instrument(skip_all, fields(action_id))]
+    pub async fn lease_action(
+        &self,
+        action_id: &str,
+        lease_id: &str,
+        until_ms: i64,
+    ) -> Result<Option<ActionStatus>, StoreError> {
+        let (_, now_millis) = now_epoch();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::action_key(action_id))))
+            .update_expression("SET #status = :sending, leaseId = :lease, leaseUntil = :until")
+            .condition_expression(
+                "attribute_exists(pk) AND (#status = :pending OR (#status = :sending AND leaseUntil < :now))",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":sending", s(ActionStatus::Sending.as_str()))
+            .expression_attribute_values(":pending", s(ActionStatus::Pending.as_str()))
+            .expression_attribute_values(":lease", s(lease_id))
+            .expression_attribute_values(":until", n(until_ms))
+            .expression_attribute_values(":now", n(now_millis))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(None),
+            Err(e) => match e.into_service_error() {
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => {
+                    let status = c
+                        .item()
+                        .and_then(|item| items::string(item, "status"))
+                        .and_then(ActionStatus::parse)
+                        .ok_or_else(|| StoreError::Corrupt(format!("action {action_id} is not recorded")))?;
+                    Ok(Some(status))
+                }
+                other => Err(classify_service(other)),
+            },
+        }
+    }
+
+    /// Records one execution attempt under the lease: the final status (`Sent`/`Rejected`), or
+    /// `Pending` again with the error of a transient failure, releasing the lease. Only the
+    /// lease holder records: a twin whose lease ran out can never overwrite a `SENT`.
     #[tracing::instrument(skip_all, fields(action_id, status = status.as_str()))]
     pub async fn record_action(
         &self,
         action_id: &str,
+        lease_id: &str,
         status: ActionStatus,
         http_status: Option<u16>,
         detail: &str,
@@ -1063,12 +1120,16 @@ impl ServicingStore {
             .set_key(Some(items::key_item(items::action_key(action_id))))
             .update_expression(
                 "SET #status = :status, attempts = if_not_exists(attempts, :zero) + :one, \
-                 lastHttpStatus = :http, lastDetail = :detail, updatedAt = :now",
+                 lastHttpStatus = :http, lastDetail = :detail, updatedAt = :now \
+                 REMOVE leaseId, leaseUntil",
             )
-            .condition_expression("attribute_exists(pk) AND #status = :pending")
+            .condition_expression(
+                "attribute_exists(pk) AND #status = :sending AND leaseId = :lease",
+            )
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":status", s(status.as_str()))
-            .expression_attribute_values(":pending", s(ActionStatus::Pending.as_str()))
+            .expression_attribute_values(":sending", s(ActionStatus::Sending.as_str()))
+            .expression_attribute_values(":lease", s(lease_id))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":http", n(http_status.unwrap_or(0)))
@@ -1080,7 +1141,7 @@ impl ServicingStore {
             Ok(_) => Ok(()),
             Err(e) => match e.into_service_error() {
                 aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => {
-                    tracing::info!("action already settled by another delivery");
+                    tracing::warn!("the lease ran out and another delivery took the action over");
                     Ok(())
                 }
                 other => Err(classify_service(other)),
