@@ -108,17 +108,26 @@ impl fmt::Display for AccountId {
     }
 }
 
-/// An ISO 4217 alphabetic code (three upper-case letters).
+/// An ISO 4217 alphabetic code of a currency (not a precious metal, testing or "no currency"
+/// code such as `XAU`, `XTS`, `XXX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Currency([u8; 3]);
 
 impl Currency {
     pub fn parse(value: &str) -> Result<Self, RuleViolation> {
-        match value.as_bytes() {
-            [a, b, c] if [a, b, c].iter().all(|x| x.is_ascii_uppercase()) => Ok(Self([*a, *b, *c])),
+        let bytes = match value.as_bytes() {
+            [a, b, c] if [a, b, c].iter().all(|x| x.is_ascii_uppercase()) => [*a, *b, *c],
+            _ => {
+                return Err(violation(
+                    "must be an ISO 4217 code of three upper-case letters",
+                ));
+            }
+        };
+        match iso_currency::Currency::from_code(value) {
+            Some(code) if !code.is_special() => Ok(Self(bytes)),
             _ => Err(violation(
-                "must be an ISO 4217 code of three upper-case letters",
+                "must be an ISO 4217 currency code (three letters are not enough: e.g. EUR, USD)",
             )),
         }
     }

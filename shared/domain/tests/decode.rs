@@ -330,3 +330,25 @@ fn when_an_amount_is_not_a_plain_integer_should_say_what_is_wrong() {
         );
     }
 }
+
+#[test]
+fn when_a_currency_is_three_capitals_but_no_iso_4217_code_should_refuse_it() {
+    let with_currency = |code: &str| {
+        format!(
+            r#"{{"sourceSystem":"psp","sourceEventId":"c1","eventType":"PAYMENT_SETTLED","accountId":"acc_1","eventTime":"2026-09-10T10:00:00Z","amountMinor":100,"currency":"{code}"}}"#
+        )
+    };
+    for code in ["EUR", "USD", "JPY", "CHF"] {
+        assert!(
+            ServicingEvent::decode(with_currency(code).as_bytes()).is_ok(),
+            "{code}"
+        );
+    }
+    for code in ["ABC", "EUX", "XTS", "XXX", "XAU"] {
+        let why = rejection(&with_currency(code));
+        assert!(
+            why.contains("`currency`") && why.contains("ISO 4217"),
+            "{code}: {why}"
+        );
+    }
+}

@@ -156,7 +156,10 @@ impl PaymentCommand {
                 .ok()
         });
         let reference = text("reference", &mut errors).and_then(|s| {
-            let ok = (1..=140).contains(&s.len()) && s.chars().all(|c| !c.is_control());
+            // NFC first: a retry whose client encoded "é" as e + combining accent is the same
+            // reference (a replay, not a 422), and 140 counts characters, not bytes.
+            let s: String = unicode_normalization::UnicodeNormalization::nfc(s.as_str()).collect();
+            let ok = (1..=140).contains(&s.chars().count()) && s.chars().all(|c| !c.is_control());
             if !ok {
                 errors.push(field(
                     "reference",
@@ -243,6 +246,25 @@ mod tests {
         assert_eq!(user.source_system(), "api:client-42");
         let arn = Principal::new("arn:aws:iam::123456789012:user/alice").expect("principal");
         assert_eq!(arn.source_system(), format!("api:{}", arn.scope()));
+    }
+
+    #[test]
+    fn when_a_reference_is_re_encoded_should_be_the_same_request_counted_in_characters() {
+        let body = |reference: &str| {
+            serde_json::json!({"accountId": "acc_1", "amountMinor": 100, "currency": "EUR", "reference": reference})
+                .to_string()
+        };
+        let composed = PaymentCommand::parse(body("caf\u{e9}").as_bytes()).expect("valid");
+        let decomposed = PaymentCommand::parse(body("cafe\u{301}").as_bytes()).expect("valid");
+        assert_eq!(
+            composed.fingerprint(),
+            decomposed.fingerprint(),
+            "a replay, not a 422"
+        );
+        assert_eq!(decomposed.reference, "caf\u{e9}");
+        // 140 characters of two bytes each fit; 141 do not.
+        assert!(PaymentCommand::parse(body(&"\u{e9}".repeat(140)).as_bytes()).is_ok());
+        assert!(PaymentCommand::parse(body(&"\u{e9}".repeat(141)).as_bytes()).is_err());
     }
 
     #[test]
