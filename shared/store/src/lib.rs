@@ -1236,29 +1236,21 @@ impl ServicingStore {
 
     /// Every loan item that holds parked facts (a scan: for operators and the daily job).
     pub async fn parked_loans(&self) -> Result<Vec<LoanItem>, StoreError> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.config.table)
-                .filter_expression("itemType = :loan AND attribute_exists(#parked)")
-                .expression_attribute_names("#parked", items::PARKED_FACTS)
-                .expression_attribute_values(":loan", s("LOAN"))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(classify)?;
-            for item in page.items.unwrap_or_default() {
-                out.push(items::loan_from_item(item)?);
-            }
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+        let found = self
+            .client
+            .scan()
+            .table_name(&self.config.table)
+            .filter_expression("itemType = :loan AND attribute_exists(#parked)")
+            .expression_attribute_names("#parked", items::PARKED_FACTS)
+            .expression_attribute_values(":loan", s("LOAN"))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(classify)?;
+        found.into_iter().map(items::loan_from_item).collect()
     }
 
     /// The claim `consumer`'s store holds for `source` says it was applied on another account
