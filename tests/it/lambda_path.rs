@@ -112,27 +112,42 @@ async fn when_a_duplicated_sample_goes_through_the_deployed_lambda_should_reach_
         "reversalOf": {"sourceSystem": "psp", "sourceEventId": "pay-late"}});
     let payment = json!({"sourceSystem": "psp", "sourceEventId": "pay-late", "eventType": "PAYMENT_SETTLED",
         "accountId": "acc_4002", "eventTime": "2026-10-30T10:00:00Z", "amountMinor": 700, "currency": "EUR"});
+    // And an account's fee sent before its opening, on its own FIFO group.
+    let fee = json!({"sourceSystem": "fees", "sourceEventId": "fee-early", "eventType": "FEE_ASSESSED",
+        "accountId": "acc_fee_fifo", "eventTime": "2026-09-02T00:00:00Z", "amountMinor": 250, "currency": "EUR",
+        "feeType": "SERVICE_FEE"});
+    let opening = json!({"sourceSystem": "core-banking", "sourceEventId": "open-fee-fifo", "eventType": "LOAN_OPENED",
+        "accountId": "acc_fee_fifo", "eventTime": "2026-09-01T00:00:00Z", "principalMinor": 1000, "currency": "EUR"});
     let started = std::time::Instant::now();
-    for body in [reversal, payment] {
+    for body in [reversal, payment, fee, opening] {
+        let group = body["accountId"].as_str().expect("account").to_owned();
         sqs.send_message()
             .queue_url(&queue_url)
             .message_body(body.to_string())
-            .message_group_id("acc_4002")
+            .message_group_id(group)
             .message_deduplication_id(unique_name("delivery"))
             .send()
             .await
             .expect("send");
     }
-    let mut reversed = false;
-    while started.elapsed() < Duration::from_secs(20) && !reversed {
+    let (mut reversed, mut fee_applied) = (false, false);
+    while started.elapsed() < Duration::from_secs(20) && !(reversed && fee_applied) {
         tokio::time::sleep(Duration::from_millis(250)).await;
         reversed = servicing
             .allocations("acc_4002")
             .await
             .iter()
             .any(|a| a.payment.event_id == "pay-late" && a.reversed_by.is_some());
+        fee_applied = servicing
+            .loan("acc_fee_fifo")
+            .await
+            .is_some_and(|(loan, _)| loan.fees_outstanding_minor == 250);
     }
     assert!(reversed, "the early reversal was not applied within 20 s");
+    assert!(
+        fee_applied,
+        "the fee sent before its opening was not applied within 20 s"
+    );
     let (principal_after, _) = servicing.loan("acc_4002").await.expect("loan");
     assert_eq!(
         principal_after.principal_outstanding_minor,

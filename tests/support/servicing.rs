@@ -181,13 +181,16 @@ impl Servicing {
             .send()
             .await
             .expect("get loan");
-        got.item.map(|item| {
-            let version = match item.get("version") {
-                Some(AttributeValue::N(v)) => v.parse().expect("version"),
-                other => panic!("version missing: {other:?}"),
-            };
-            (serde_dynamo::from_item(item).expect("loan item"), version)
-        })
+        // An item without the account's fields only holds facts parked before its opening.
+        got.item
+            .filter(|item| item.contains_key("currency"))
+            .map(|item| {
+                let version = match item.get("version") {
+                    Some(AttributeValue::N(v)) => v.parse().expect("version"),
+                    other => panic!("version missing: {other:?}"),
+                };
+                (serde_dynamo::from_item(item).expect("loan item"), version)
+            })
     }
 
     /// The store as `consumer` sees this table (default claim retention).

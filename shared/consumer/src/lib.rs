@@ -255,7 +255,6 @@ impl AccountStateHandler {
                 break;
             }
             let (settled, failed) = self.settle_next_group(account, rest, &mut work).await;
-            let base = results.len();
             results.extend(settled);
             if let Some(at) = failed {
                 // SQS must redeliver the account's later events after the failed one, in order.
@@ -266,7 +265,6 @@ impl AccountStateHandler {
                     ),
                     None => "a parked fact of this account failed".to_owned(),
                 };
-                results.truncate(base + at.min(rest.len()) + usize::from(at < rest.len()));
                 results.resize(pending.len(), MessageResult::Retry { reason });
                 break;
             }
