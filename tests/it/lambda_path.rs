@@ -187,7 +187,11 @@ async fn when_samples_flow_through_the_whole_deployed_pipeline_should_notify_exa
     let relay = deploy(
         &lambda,
         "outbox-relay",
-        &[("TABLE_NAME", &servicing.table), ("EVENT_BUS_NAME", &bus)],
+        &[
+            ("TABLE_NAME", &servicing.table),
+            ("EVENT_BUS_NAME", &bus),
+            ("SERVICING_QUEUE_URL", &servicing_url),
+        ],
     )
     .await;
     let stream_arn = servicing

@@ -301,3 +301,80 @@ async fn when_an_outbox_record_can_never_be_published_should_quarantine_it_and_m
         ["evt_a", "evt_b"].map(String::from).into_iter().collect()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per_account() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let (servicing_url, _) = integration_tests::lambda::queue(&sqs, "servicing", true).await;
+    let payment = |seq: &str, event_id: &str, account: &str| -> EventRecord {
+        let detail = json!({"sourceSystem": "api:scope", "sourceEventId": event_id, "eventType": "PAYMENT_SETTLED",
+            "accountId": account, "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR",
+            "eventId": event_id});
+        serde_json::from_value(json!({
+            "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+            "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "ApproximateCreationDateTime": 0,
+                "Keys": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}},
+                "NewImage": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}, "itemType": {"S": "OUTBOX"},
+                    "eventId": {"S": event_id}, "source": {"S": "servicing.payments-api"}, "detailType": {"S": "PaymentSettled"},
+                    "accountId": {"S": account}, "detail": {"S": detail.to_string()}}}
+        }))
+        .expect("record")
+    };
+    let records = vec![
+        payment("1", "op_a", "acc_api_1"),
+        payment("2", "op_b", "acc_api_2"),
+    ];
+    let relay = relay_with(&servicing, &config, &routed.bus)
+        .with_servicing_queue(sqs.clone(), &servicing_url);
+    let report = relay.relay(&records).await;
+    assert_eq!(
+        (report.published, report.checkpoint.clone()),
+        (2, None),
+        "{report:?}"
+    );
+    let got = sqs
+        .receive_message()
+        .queue_url(&servicing_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(2)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+        .send()
+        .await
+        .expect("receive");
+    let mut seen: Vec<(String, String, String)> = got
+        .messages()
+        .iter()
+        .map(|m| {
+            let attr = |name: aws_sdk_sqs::types::MessageSystemAttributeName| {
+                m.attributes()
+                    .and_then(|a| a.get(&name))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let body: Value = serde_json::from_str(m.body().unwrap_or_default()).expect("json");
+            (
+                body["sourceEventId"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                attr(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId),
+                attr(aws_sdk_sqs::types::MessageSystemAttributeName::MessageDeduplicationId),
+            )
+        })
+        .collect();
+    seen.sort();
+    // Each account in its own group (before: one static group for every API payment), and the
+    // deduplication id a FIFO queue requires (before: none — AWS refuses such a send).
+    assert_eq!(
+        seen,
+        [
+            ("op_a".to_owned(), "acc_api_1".to_owned(), "op_a".to_owned()),
+            ("op_b".to_owned(), "acc_api_2".to_owned(), "op_b".to_owned()),
+        ]
+    );
+    // The bus still gets them (other consumers may listen), as before.
+    assert_eq!(event_ids(&routed.drain().await).len(), 2);
+}

@@ -14,12 +14,15 @@ async fn main() -> Result<(), Error> {
 
     let table = aws_setup::required_env("TABLE_NAME")?;
     let event_bus = aws_setup::required_env("EVENT_BUS_NAME")?;
+    // API payments are applied through this queue: without it they would be accepted and lost.
+    let servicing_queue = aws_setup::required_env("SERVICING_QUEUE_URL")?;
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
         StoreConfig::new(table, CONSUMER),
     );
-    let relay = OutboxRelay::new(aws_sdk_eventbridge::Client::new(&sdk), store, event_bus);
+    let relay = OutboxRelay::new(aws_sdk_eventbridge::Client::new(&sdk), store, event_bus)
+        .with_servicing_queue(aws_sdk_sqs::Client::new(&sdk), servicing_queue);
     let relay = &relay;
 
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {

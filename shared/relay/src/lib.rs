@@ -6,6 +6,12 @@
 //! returned as the batch item failure, so Lambda resumes there and nothing after a failure is
 //! skipped. Later records of the batch may have been published already and are published again
 //! on the retry: duplicates are accepted by design, consumers deduplicate on `eventId`.
+//!
+//! API-originated payments (`servicing.payments-api` / `PaymentSettled`) are also put on the
+//! FIFO servicing queue, as the contract event itself, with `MessageGroupId = accountId` (each
+//! account in order, no account behind another's) and `MessageDeduplicationId = eventId` (a FIFO
+//! queue refuses a send without one; an EventBridge rule target can set neither per event).
+//! That send is part of the record's publication: a failure checkpoints at the record.
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
@@ -26,7 +32,21 @@ struct OutboxItem {
     event_id: String,
     source: String,
     detail_type: String,
+    /// Every outbox item names its account; only the API payments need it here.
+    #[serde(default)]
+    account_id: String,
     detail: String,
+}
+
+/// The outbox events account-state must apply (the API's accepted payments).
+const API_PAYMENTS: (&str, &str) = ("servicing.payments-api", "PaymentSettled");
+
+/// A message for the servicing queue.
+#[derive(Debug, Clone)]
+struct Enqueue {
+    body: String,
+    group: String,
+    deduplication: String,
 }
 
 /// A record that will be published.
@@ -35,13 +55,14 @@ struct Publishable<'a> {
     sequence_number: &'a str,
     entry: PutEventsRequestEntry,
     size: usize,
+    enqueue: Option<Enqueue>,
 }
 
 /// What to do with one stream record.
 enum Plan<'a> {
     /// Not an outbox insert: nothing to do.
     Skip,
-    Publish(Publishable<'a>),
+    Publish(Box<Publishable<'a>>),
     /// Can never be published (undecodable image, over the size limit): quarantine, move on.
     Quarantine {
         reason: String,
@@ -85,6 +106,8 @@ pub struct OutboxRelay {
     events: aws_sdk_eventbridge::Client,
     store: ServicingStore,
     event_bus: String,
+    /// Where API payments go to be applied (the FIFO servicing queue), when configured.
+    servicing_queue: Option<(aws_sdk_sqs::Client, String)>,
 }
 
 impl OutboxRelay {
@@ -98,7 +121,18 @@ impl OutboxRelay {
             events,
             store,
             event_bus: event_bus.into(),
+            servicing_queue: None,
         }
+    }
+
+    /// Also puts API payments on the FIFO servicing queue at `queue_url`.
+    pub fn with_servicing_queue(
+        mut self,
+        sqs: aws_sdk_sqs::Client,
+        queue_url: impl Into<String>,
+    ) -> Self {
+        self.servicing_queue = Some((sqs, queue_url.into()));
+        self
     }
 
     pub async fn handle(&self, event: Event) -> DynamoDbEventResponse {
@@ -125,7 +159,7 @@ impl OutboxRelay {
                         chunk_bytes = 0;
                     }
                     chunk_bytes += item.size;
-                    chunk.push(item);
+                    chunk.push(*item);
                 }
                 Plan::Quarantine { reason } => {
                     // Publish what precedes it first, or a failed quarantine write would
@@ -187,17 +221,33 @@ impl OutboxRelay {
                 ),
             };
         }
+        let enqueue = self.servicing_queue.is_some()
+            && (item.source.as_str(), item.detail_type.as_str()) == API_PAYMENTS;
+        if enqueue && item.account_id.is_empty() {
+            return Plan::Quarantine {
+                reason: format!(
+                    "API payment {} has no accountId to group it by",
+                    item.event_id
+                ),
+            };
+        }
+        let enqueue = enqueue.then(|| Enqueue {
+            body: item.detail.clone(),
+            group: item.account_id.clone(),
+            deduplication: item.event_id.clone(),
+        });
         let entry = PutEventsRequestEntry::builder()
             .event_bus_name(&self.event_bus)
             .source(item.source)
             .detail_type(item.detail_type)
             .detail(item.detail)
             .build();
-        Plan::Publish(Publishable {
+        Plan::Publish(Box::new(Publishable {
             sequence_number,
             entry,
             size,
-        })
+            enqueue,
+        }))
     }
 
     /// Sends the chunk; on any failure returns the sequence number of the first failed record.
@@ -241,11 +291,77 @@ impl OutboxRelay {
                 first_code = code,
                 "PutEvents rejected entries"
             );
-            report.published += i as u64;
-            return Err(sent[i].sequence_number.to_owned());
+            // What published before the failure still goes to the queue; then checkpoint.
+            let queued = self.enqueue(&sent[..i]).await;
+            report.published += queued as u64;
+            return Err(sent[queued].sequence_number.to_owned());
         }
-        report.published += sent.len() as u64;
+        let queued = self.enqueue(&sent).await;
+        report.published += queued as u64;
+        if queued < sent.len() {
+            return Err(sent[queued].sequence_number.to_owned());
+        }
         Ok(())
+    }
+
+    /// Sends the API payments of `published` to the servicing queue, in order; returns how many
+    /// records (from the start) are fully published: all, or up to the first failed send.
+    async fn enqueue(&self, published: &[Publishable<'_>]) -> usize {
+        let Some((sqs, queue_url)) = &self.servicing_queue else {
+            return published.len();
+        };
+        let wanted: Vec<(usize, &Enqueue)> = published
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.enqueue.as_ref().map(|e| (i, e)))
+            .collect();
+        if wanted.is_empty() {
+            return published.len();
+        }
+        let entries: Result<Vec<_>, _> = wanted
+            .iter()
+            .map(|(i, e)| {
+                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(&e.body)
+                    .message_group_id(&e.group)
+                    .message_deduplication_id(&e.deduplication)
+                    .build()
+            })
+            .collect();
+        let first = wanted[0].0;
+        let Ok(entries) = entries else {
+            return first;
+        };
+        match sqs
+            .send_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+        {
+            Err(e) => {
+                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "SendMessageBatch failed");
+                first
+            }
+            Ok(output) => {
+                let failed = output
+                    .failed()
+                    .iter()
+                    .filter_map(|f| f.id().parse::<usize>().ok())
+                    .min();
+                match failed {
+                    Some(at) => {
+                        tracing::warn!(
+                            failed = output.failed().len(),
+                            "servicing queue refused API payments"
+                        );
+                        at
+                    }
+                    None => published.len(),
+                }
+            }
+        }
     }
 
     async fn quarantine(&self, record: &EventRecord, reason: &str) -> bool {
