@@ -65,10 +65,14 @@ async fn when_a_source_stream_is_reconciled_should_explain_every_delivery_and_ca
     )
     .await
     .expect("reconcile");
-    // Claims, quarantine and allocations from one pass over the (one-page) table.
+    // Claims, quarantine and allocations from one pass over the (one-page) table: one request
+    // per parallel scan segment, each reading its share.
     assert_eq!(
         servicing.requests.snapshot(),
-        std::collections::BTreeMap::from([("Scan".to_owned(), 1)])
+        std::collections::BTreeMap::from([(
+            "Scan".to_owned(),
+            servicing_ops::SCAN_SEGMENTS as u64
+        )])
     );
     let s = report.source.clone().expect("source counts");
     assert_eq!(

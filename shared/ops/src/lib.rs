@@ -28,47 +28,58 @@ pub(crate) fn failed<E: std::error::Error>(
     }
 }
 
-/// Every item of the given types, by type, from ONE paginated consistent scan: a filter does
-/// not reduce what a scan reads, so one pass for several types costs one table read, not one
-/// per type.
+/// Segments of a parallel scan: a daily reconciliation of a large table must finish well inside
+/// the reconciler's timeout (measured: `reconcile_load`, README "Operations").
+pub const SCAN_SEGMENTS: i32 = 4;
+
+/// Every item of the given types, by type, from ONE consistent scan pass (in `SCAN_SEGMENTS`
+/// parallel segments): a filter does not reduce what a scan reads, so one pass for several
+/// types costs one table read, not one per type.
 pub async fn scan_types(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     item_types: &[&str],
 ) -> Result<HashMap<String, Vec<Item>>, String> {
-    let placeholders: Vec<String> = (0..item_types.len()).map(|i| format!(":t{i}")).collect();
+    let segments =
+        (0..SCAN_SEGMENTS).map(|segment| scan_segment(client, table, item_types, segment));
     let mut by_type: HashMap<String, Vec<Item>> = item_types
         .iter()
         .map(|t| ((*t).to_owned(), Vec::new()))
         .collect();
-    let mut start = None;
-    loop {
-        let mut scan = client
-            .scan()
-            .table_name(table)
-            .filter_expression(format!("itemType IN ({})", placeholders.join(", ")))
-            .consistent_read(true)
-            .set_exclusive_start_key(start);
-        for (placeholder, item_type) in placeholders.iter().zip(item_types) {
-            scan = scan.expression_attribute_values(
-                placeholder,
-                AttributeValue::S((*item_type).to_owned()),
-            );
-        }
-        let page = scan
-            .send()
-            .await
-            .map_err(failed(format!("scan of {table} failed")))?;
-        for item in page.items.unwrap_or_default() {
+    for found in futures_util::future::try_join_all(segments).await? {
+        for item in found {
             if let Some(bucket) = text(&item, "itemType").and_then(|t| by_type.get_mut(t)) {
                 bucket.push(item);
             }
         }
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            return Ok(by_type);
-        }
     }
+    Ok(by_type)
+}
+
+async fn scan_segment(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    item_types: &[&str],
+    segment: i32,
+) -> Result<Vec<Item>, String> {
+    let placeholders: Vec<String> = (0..item_types.len()).map(|i| format!(":t{i}")).collect();
+    let mut scan = client
+        .scan()
+        .table_name(table)
+        .filter_expression(format!("itemType IN ({})", placeholders.join(", ")))
+        .consistent_read(true)
+        .segment(segment)
+        .total_segments(SCAN_SEGMENTS);
+    for (placeholder, item_type) in placeholders.iter().zip(item_types) {
+        scan = scan
+            .expression_attribute_values(placeholder, AttributeValue::S((*item_type).to_owned()));
+    }
+    scan.into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(failed(format!("scan of {table} failed")))
 }
 
 /// The claim account-state holds for `source`, if any (consistent read; key layout from the store).
