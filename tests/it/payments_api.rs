@@ -56,6 +56,18 @@ fn payment(account: &str, amount: i64, reference: &str) -> String {
         .to_string()
 }
 
+/// The outbox items the API wrote (one per accepted payment).
+async fn api_outbox(
+    servicing: &Servicing,
+) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    servicing
+        .items_of_type("OUTBOX")
+        .await
+        .into_iter()
+        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
+        .collect()
+}
+
 fn api(servicing: &Servicing, faults: FaultPlan) -> PaymentsApi {
     let store = servicing.store("payments-api").with_faults(faults);
     PaymentsApi::new(store)
@@ -270,10 +282,9 @@ async fn when_every_documented_status_is_exercised_should_match_the_openapi_docu
 
     // Nothing was stored for any refused request: two accepted payments, two outbox items.
     assert_eq!(servicing.items_of_type("IDEMPOTENCY").await.len(), 2);
-    let outbox = servicing.items_of_type("OUTBOX").await;
-    let api_events: Vec<Value> = outbox
+    let api_events: Vec<Value> = api_outbox(&servicing)
+        .await
         .iter()
-        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
         .map(|i| serde_json::from_str(attr_s(i, "detail").expect("detail")).expect("json"))
         .collect();
     assert_eq!(api_events.len(), 2);
@@ -388,13 +399,7 @@ async fn when_20_concurrent_posts_share_one_key_should_store_one_outbox_item(eng
         1,
         "every 202 answers the same operation"
     );
-    let api_outbox = servicing
-        .items_of_type("OUTBOX")
-        .await
-        .iter()
-        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
-        .count();
-    assert_eq!(api_outbox, 1);
+    assert_eq!(api_outbox(&servicing).await.len(), 1);
 }
 
 async fn when_a_role_retries_from_another_session_should_replay_not_pay_twice(engine: Engine) {
@@ -431,13 +436,11 @@ async fn when_a_role_retries_from_another_session_should_replay_not_pay_twice(en
         .await;
     assert_eq!(other.status(), 202);
     assert_eq!(header(&other, "idempotent-replayed"), None);
-    let api_outbox = servicing
-        .items_of_type("OUTBOX")
-        .await
-        .iter()
-        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
-        .count();
-    assert_eq!(api_outbox, 2, "one payment per role");
+    assert_eq!(
+        api_outbox(&servicing).await.len(),
+        2,
+        "one payment per role"
+    );
 }
 
 async fn when_a_key_is_reused_after_its_retention_should_refuse_it_not_accept_a_lost_payment(
@@ -471,13 +474,11 @@ async fn when_a_key_is_reused_after_its_retention_should_refuse_it_not_accept_a_
                 .ends_with("/idempotency-key-expired")
         );
     }
-    let api_outbox: Vec<_> = servicing
-        .items_of_type("OUTBOX")
-        .await
-        .into_iter()
-        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
-        .collect();
-    assert_eq!(api_outbox.len(), 1, "only the first payment");
+    assert_eq!(
+        api_outbox(&servicing).await.len(),
+        1,
+        "only the first payment"
+    );
     // A new key is a new payment.
     let fresh = api.handle(post(Some(ALICE), Some("new-key"), &body)).await;
     assert_eq!(fresh.status(), 202);

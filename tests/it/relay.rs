@@ -54,6 +54,29 @@ fn relay_with(servicing: &Servicing, config: &aws_config::SdkConfig, bus: &str) 
     OutboxRelay::new(aws_sdk_eventbridge::Client::new(config), store, bus)
 }
 
+/// A stream INSERT of an outbox item, as Lambda delivers it: `(source, detail type)`, the
+/// account when the item names one, and the detail JSON.
+fn outbox_record(
+    seq: &str,
+    event_id: &str,
+    (source, detail_type): (&str, &str),
+    account: Option<&str>,
+    detail: String,
+) -> EventRecord {
+    let mut image = json!({"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}, "itemType": {"S": "OUTBOX"},
+        "eventId": {"S": event_id}, "source": {"S": source}, "detailType": {"S": detail_type}, "detail": {"S": detail}});
+    if let Some(account) = account {
+        image["accountId"] = json!({"S": account});
+    }
+    serde_json::from_value(json!({
+        "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+        "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "ApproximateCreationDateTime": 0,
+            "Keys": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}},
+            "NewImage": image}
+    }))
+    .expect("record")
+}
+
 fn sequence_of(records: &[EventRecord], event_id: &str) -> String {
     records
         .iter()
@@ -249,15 +272,13 @@ async fn when_an_outbox_record_can_never_be_published_should_quarantine_it_and_m
     let servicing = Servicing::new(Engine::MiniStack).await;
     let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
     let record = |seq: &str, event_id: &str, detail: String| -> EventRecord {
-        serde_json::from_value(json!({
-            "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
-            "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "ApproximateCreationDateTime": 0,
-                "Keys": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}},
-                "NewImage": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}, "itemType": {"S": "OUTBOX"},
-                    "eventId": {"S": event_id}, "source": {"S": "servicing.account-state"}, "detailType": {"S": "FeeAssessed"},
-                    "detail": {"S": detail}}}
-        }))
-        .expect("record")
+        outbox_record(
+            seq,
+            event_id,
+            ("servicing.account-state", "FeeAssessed"),
+            None,
+            detail,
+        )
     };
     let huge = json!({"eventId": "evt_huge", "blob": "x".repeat(300 * 1024)}).to_string();
     let mut broken = record("2", "evt_broken", "{}".into());
@@ -313,15 +334,8 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
         let detail = json!({"sourceSystem": "api:scope", "sourceEventId": event_id, "eventType": "PAYMENT_SETTLED",
             "accountId": account, "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR",
             "eventId": event_id});
-        serde_json::from_value(json!({
-            "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
-            "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "ApproximateCreationDateTime": 0,
-                "Keys": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}},
-                "NewImage": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}, "itemType": {"S": "OUTBOX"},
-                    "eventId": {"S": event_id}, "source": {"S": "servicing.payments-api"}, "detailType": {"S": "PaymentSettled"},
-                    "accountId": {"S": account}, "detail": {"S": detail.to_string()}}}
-        }))
-        .expect("record")
+        let kind = ("servicing.payments-api", "PaymentSettled");
+        outbox_record(seq, event_id, kind, Some(account), detail.to_string())
     };
     let records = vec![
         payment("1", "op_a", "acc_api_1"),
