@@ -292,19 +292,7 @@ impl Group {
                         )
                     }
                 };
-                let effect = match &m.judged {
-                    Judged::Apply(applied) => Effect::Apply(applied),
-                    Judged::Stale => Effect::Stale,
-                    Judged::Reject(rejection) => Effect::Reject(m.quarantine_entry(
-                        pending,
-                        rejection.code,
-                        &rejection.reason,
-                    )),
-                    // Parked again, its claim already says so: only the loan item changes.
-                    Judged::Park(_) if released => return None,
-                    Judged::Park(_) => Effect::Park,
-                    Judged::Duplicate => return None,
-                };
+                let effect = m.effect(pending)?;
                 Some(UnitOfWork {
                     source,
                     event_type,
@@ -318,8 +306,11 @@ impl Group {
     }
 
     /// The members that have a unit of work, in the order of [`Group::units`].
-    pub fn members_with_units(&self) -> impl Iterator<Item = &Member> {
-        self.members.iter().filter(|m| m.has_unit())
+    pub fn members_with_units<'a>(
+        &'a self,
+        pending: &'a [Pending<'a>],
+    ) -> impl Iterator<Item = &'a Member> {
+        self.members.iter().filter(|m| m.effect(pending).is_some())
     }
 
     /// After the commit: carries the committed loan item and allocations into `snapshot` and
@@ -375,12 +366,21 @@ impl Group {
 }
 
 impl Member {
-    fn has_unit(&self) -> bool {
-        // As in `Group::units`: an already applied fact, or a parked fact parked again.
-        !matches!(
-            (&self.subject, &self.judged),
-            (_, Judged::Duplicate) | (Subject::Released(_), Judged::Park(_))
-        )
+    /// What this fact commits next to its claim; `None` when it has nothing to commit: an
+    /// already applied fact, or a parked fact parked again (its claim already says so: only
+    /// the loan item changes).
+    fn effect<'a>(&'a self, pending: &'a [Pending<'a>]) -> Option<Effect<'a>> {
+        let released = matches!(self.subject, Subject::Released(_));
+        Some(match &self.judged {
+            Judged::Apply(applied) => Effect::Apply(applied),
+            Judged::Stale => Effect::Stale,
+            Judged::Reject(rejection) => {
+                Effect::Reject(self.quarantine_entry(pending, rejection.code, &rejection.reason))
+            }
+            Judged::Park(_) if released => return None,
+            Judged::Park(_) => Effect::Park,
+            Judged::Duplicate => return None,
+        })
     }
 
     /// What the quarantine keeps of this fact: raw body, identity, fingerprint, reason.

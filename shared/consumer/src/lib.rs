@@ -361,7 +361,7 @@ impl AccountStateHandler {
                 }
                 Ok(outcomes) => {
                     let mut reread = false;
-                    for (member, outcome) in group.members_with_units().zip(outcomes) {
+                    for (member, outcome) in group.members_with_units(pending).zip(outcomes) {
                         let index = match &member.subject {
                             Subject::Pending(index) => Some(*index),
                             Subject::Released(_) => None,
