@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Template checks: `sam validate --lint`, cfn-lint and checkov, all offline, all must pass.
+# Template checks: `sam validate --lint`, cfn-lint with this project's policy rules
+# (infra/policy: what the local engines do not enforce) and checkov, all offline, all must pass.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -9,7 +10,18 @@ export AWS_REGION=${AWS_REGION:-us-east-1} AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID
   AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test} SAM_CLI_TELEMETRY=0
 echo "--- sam validate --lint"
 .local/venv-tools/bin/sam validate --lint --template-file template.yaml
-echo "--- cfn-lint"
-.local/venv-tools/bin/cfn-lint template.yaml
+echo "--- cfn-lint + policy rules (infra/policy)"
+.local/venv-tools/bin/cfn-lint template.yaml --append-rules infra/policy
+# The rules must be able to fail: each one fires on the template as issue #15 found it.
+echo "--- policy rules on infra/policy/fixtures/template-as-filed.yaml (each must fire)"
+fired=$(.local/venv-tools/bin/cfn-lint infra/policy/fixtures/template-as-filed.yaml \
+  --append-rules infra/policy --format parseable 2>/dev/null | grep -o ':E91[0-9][0-9]:' | sort -u | tr -d ':' || true)
+missing=$(comm -23 <(grep -o 'id = "E91[0-9][0-9]"' infra/policy/servicing_rules.py | grep -o 'E91[0-9]*' | sort -u) \
+  <(echo "$fired"))
+if [[ -n $missing ]]; then
+  echo "policy rules that did not fire on the fixture: $missing" >&2
+  exit 1
+fi
+echo "all $(echo "$fired" | wc -l) rules fired on the fixture"
 echo "--- checkov"
 .local/venv-checkov/bin/checkov --skip-download --quiet --compact --framework cloudformation -f template.yaml

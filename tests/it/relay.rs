@@ -126,14 +126,17 @@ enum Injected {
     ServerError,
 }
 
-/// A stand-in EventBridge endpoint: applies the queued faults, forwards the rest to MiniStack.
+/// A stand-in EventBridge endpoint: applies the queued faults, forwards the rest to MiniStack,
+/// and notes each entry's `TraceHeader` in `traces`.
 async fn faulty_eventbridge(
     real: aws_sdk_eventbridge::Client,
     plan: Arc<Mutex<VecDeque<Injected>>>,
+    traces: Arc<Mutex<Vec<Option<String>>>>,
 ) -> LocalServer {
     serve(move |_parts, body| {
         let real = real.clone();
         let next = plan.lock().expect("plan").pop_front();
+        let traces = Arc::clone(&traces);
         async move {
             if let Some(Injected::ServerError) = next {
                 return respond(
@@ -144,6 +147,11 @@ async fn faulty_eventbridge(
             }
             let request: Value = serde_json::from_slice(&body).expect("PutEvents JSON");
             let entries = request["Entries"].as_array().expect("entries");
+            traces.lock().expect("traces").extend(
+                entries
+                    .iter()
+                    .map(|e| e["TraceHeader"].as_str().map(str::to_owned)),
+            );
             let failing = match next {
                 Some(Injected::FailEntry(i)) => Some(i),
                 _ => None,
@@ -195,16 +203,39 @@ async fn faulty_eventbridge(
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_failed_record_and_lose_nothing()
- {
-    let config = Engine::MiniStack.sdk_config().await;
-    let servicing = Servicing::new(Engine::MiniStack).await;
-    let (records, outbox) = sample_stream(&servicing).await;
-    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
-    let plan = Arc::new(Mutex::new(VecDeque::new()));
-    let proxy =
-        faulty_eventbridge(aws_sdk_eventbridge::Client::new(&config), Arc::clone(&plan)).await;
+/// Notes the body of every request its SQS client sends (MiniStack keeps no `AWSTraceHeader`, so
+/// the trace is checked on the way out).
+#[derive(Debug, Default, Clone)]
+struct SentBodies(Arc<Mutex<Vec<Value>>>);
+
+impl aws_sdk_sqs::config::Intercept for SentBodies {
+    fn name(&self) -> &'static str {
+        "SentBodies"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _components: &aws_sdk_sqs::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if let Some(body) = context.request().body().bytes() {
+            self.0
+                .lock()
+                .expect("bodies")
+                .push(serde_json::from_slice(body).unwrap_or(Value::Null));
+        }
+        Ok(())
+    }
+}
+
+/// The stand-in endpoint and an SDK config whose EventBridge calls go through it.
+async fn proxied_eventbridge(
+    config: &aws_config::SdkConfig,
+    plan: Arc<Mutex<VecDeque<Injected>>>,
+    traces: Arc<Mutex<Vec<Option<String>>>>,
+) -> (LocalServer, aws_config::SdkConfig) {
+    let proxy = faulty_eventbridge(aws_sdk_eventbridge::Client::new(config), plan, traces).await;
     let proxied = aws_setup::loader()
         .endpoint_url(proxy.url())
         .region(aws_config::Region::new("us-east-1"))
@@ -213,6 +244,18 @@ async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_
         ))
         .load()
         .await;
+    (proxy, proxied)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_failed_record_and_lose_nothing()
+ {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let (records, outbox) = sample_stream(&servicing).await;
+    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
+    let plan = Arc::new(Mutex::new(VecDeque::new()));
+    let (_proxy, proxied) = proxied_eventbridge(&config, Arc::clone(&plan), Arc::default()).await;
     let relay = relay_with(&servicing, &proxied, &routed.bus);
 
     // Partial failure: the 4th entry of the first request is refused.
@@ -330,19 +373,34 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
     let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
     let sqs = aws_sdk_sqs::Client::new(&config);
     let (servicing_url, _) = integration_tests::lambda::queue(&sqs, "servicing", true).await;
+    let sent = SentBodies::default();
+    let relay_sqs = aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&config)
+            .interceptor(sent.clone())
+            .build(),
+    );
     let payment = |seq: &str, event_id: &str, account: &str| -> EventRecord {
         let detail = json!({"sourceSystem": "api:scope", "sourceEventId": event_id, "eventType": "PAYMENT_SETTLED",
             "accountId": account, "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR",
             "eventId": event_id});
         let kind = ("servicing.payments-api", "PaymentSettled");
-        outbox_record(seq, event_id, kind, Some(account), detail.to_string())
+        let mut record = outbox_record(seq, event_id, kind, Some(account), detail.to_string());
+        record.change.new_image.insert(
+            "traceHeader".into(),
+            serde_dynamo::AttributeValue::S(format!(
+                "Root=1-5759e988-bd862e3fe1be46a994272{seq:0>3}"
+            )),
+        );
+        record
     };
     let records = vec![
         payment("1", "op_a", "acc_api_1"),
         payment("2", "op_b", "acc_api_2"),
     ];
-    let relay = relay_with(&servicing, &config, &routed.bus)
-        .with_servicing_queue(sqs.clone(), &servicing_url);
+    let traces = Arc::new(Mutex::new(Vec::new()));
+    let (_proxy, proxied) = proxied_eventbridge(&config, Arc::default(), Arc::clone(&traces)).await;
+    let relay = relay_with(&servicing, &proxied, &routed.bus)
+        .with_servicing_queue(relay_sqs, &servicing_url);
     let report = relay.relay(&records).await;
     assert_eq!(
         (report.published, report.checkpoint.clone()),
@@ -380,14 +438,34 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
         })
         .collect();
     seen.sort();
-    // Each account in its own group (before: one static group for every API payment), and the
-    // deduplication id a FIFO queue requires (before: none — AWS refuses such a send).
+    // Each account in its own group (before: one static group for every API payment), the
+    // deduplication id a FIFO queue requires (before: none — AWS refuses such a send), and the
+    // trace of the invocation that accepted the payment (before: none).
+    let trace = |seq: &str| format!("Root=1-5759e988-bd862e3fe1be46a994272{seq}");
     assert_eq!(
         seen,
         [
-            ("op_a".to_owned(), "acc_api_1".to_owned(), "op_a".to_owned()),
-            ("op_b".to_owned(), "acc_api_2".to_owned(), "op_b".to_owned()),
+            ("op_a".to_owned(), "acc_api_1".to_owned(), "op_a".to_owned(),),
+            ("op_b".to_owned(), "acc_api_2".to_owned(), "op_b".to_owned(),),
         ]
+    );
+    let sent_traces: Vec<Value> = sent
+        .0
+        .lock()
+        .expect("bodies")
+        .iter()
+        .flat_map(|b| b["Entries"].as_array().cloned().unwrap_or_default())
+        .map(|e| e["MessageSystemAttributes"]["AWSTraceHeader"]["StringValue"].clone())
+        .collect();
+    assert_eq!(
+        sent_traces,
+        [json!(trace("001")), json!(trace("002"))],
+        "SendMessageBatch carries each API payment's trace header"
+    );
+    assert_eq!(
+        *traces.lock().expect("traces"),
+        [Some(trace("001")), Some(trace("002"))],
+        "PutEvents carries each outbox item's trace header"
     );
     // The bus still gets them (other consumers may listen), as before.
     assert_eq!(event_ids(&routed.drain().await).len(), 2);

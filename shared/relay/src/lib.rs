@@ -13,6 +13,8 @@
 //! queue refuses a send without one; an EventBridge rule target can set neither per event).
 //! That send is part of the record's publication: a failure checkpoints at the record.
 
+use std::collections::HashMap;
+
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
@@ -36,6 +38,9 @@ struct OutboxItem {
     #[serde(default)]
     account_id: String,
     detail: String,
+    /// The X-Ray trace of the invocation that wrote it, carried on to EventBridge and SQS.
+    #[serde(default)]
+    trace_header: Option<String>,
 }
 
 /// The outbox events account-state must apply (the API's accepted payments).
@@ -47,6 +52,7 @@ struct Enqueue {
     body: String,
     group: String,
     deduplication: String,
+    trace_header: Option<String>,
 }
 
 /// A record that will be published.
@@ -235,12 +241,14 @@ impl OutboxRelay {
             body: item.detail.clone(),
             group: item.account_id.clone(),
             deduplication: item.event_id.clone(),
+            trace_header: item.trace_header.clone(),
         });
         let entry = PutEventsRequestEntry::builder()
             .event_bus_name(&self.event_bus)
             .source(item.source)
             .detail_type(item.detail_type)
             .detail(item.detail)
+            .set_trace_header(item.trace_header)
             .build();
         Plan::Publish(Box::new(Publishable {
             sequence_number,
@@ -321,11 +329,28 @@ impl OutboxRelay {
         let entries: Result<Vec<_>, _> = wanted
             .iter()
             .map(|(i, e)| {
+                // The trace continues in account-state (SQS's AWSTraceHeader system attribute).
+                let trace = e
+                    .trace_header
+                    .as_ref()
+                    .map(|header| {
+                        aws_sdk_sqs::types::MessageSystemAttributeValue::builder()
+                            .data_type("String")
+                            .string_value(header)
+                            .build()
+                    })
+                    .transpose()?;
                 aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .message_body(&e.body)
                     .message_group_id(&e.group)
                     .message_deduplication_id(&e.deduplication)
+                    .set_message_system_attributes(trace.map(|value| {
+                        HashMap::from([(
+                            aws_sdk_sqs::types::MessageSystemAttributeNameForSends::AwsTraceHeader,
+                            value,
+                        )])
+                    }))
                     .build()
             })
             .collect();

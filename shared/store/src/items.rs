@@ -19,6 +19,8 @@ pub const REPLAY_UNTIL: &str = "replayUntil";
 pub const FINGERPRINT: &str = "fingerprint";
 pub const VERDICT: &str = "verdict";
 pub const REVERSED_BY: &str = "reversedBy";
+/// The X-Ray trace header of the invocation that wrote an outbox item (absent when untraced).
+pub const TRACE_HEADER: &str = "traceHeader";
 /// The loan item's currency (`LoanAccount::currency`).
 pub const CURRENCY: &str = "currency";
 /// The loan item's recently applied facts (`RecentFacts`).
@@ -239,6 +241,23 @@ pub fn raw_outbox_item(entry: &crate::OutboxEntry, now: i64, expires_at: i64) ->
     item.insert("detail".into(), s(entry.detail.to_string()));
     item.insert("createdAt".into(), n(now));
     item.insert(EXPIRES_AT.into(), n(expires_at));
+    with_trace_header(item, current_trace_header())
+}
+
+/// The X-Ray trace header of the invocation writing the item: lambda_runtime sets
+/// `_X_AMZN_TRACE_ID` for each invocation (one at a time per process), so the relay can carry
+/// the trace through `PutEvents` and the servicing queue.
+fn current_trace_header() -> Option<String> {
+    std::env::var("_X_AMZN_TRACE_ID")
+        .ok()
+        .filter(|h| !h.is_empty())
+}
+
+/// `item` with its `traceHeader` attribute, when there is a trace.
+pub fn with_trace_header(mut item: Item, trace_header: Option<String>) -> Item {
+    if let Some(header) = trace_header {
+        item.insert(TRACE_HEADER.into(), s(header));
+    }
     item
 }
 

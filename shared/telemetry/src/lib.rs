@@ -8,9 +8,28 @@ use serde_json::{Map, Value, json};
 
 pub const NAMESPACE: &str = "LoanServicing";
 
-/// The EMF document for `counts`, with the `Consumer` dimension.
-pub fn emf_document(consumer: &str, counts: &[(&str, u64)], timestamp_millis: u64) -> Value {
+/// The level an EMF line declares so that Lambda's log-level filter keeps it: with JSON logs
+/// Lambda drops application lines below `AWS_LAMBDA_LOG_LEVEL` and reads a line without a
+/// level as INFO, so under a raised level (WARN, ERROR) the metrics would vanish. The line
+/// declares the configured level itself (INFO when lower or unset), the one level always kept.
+pub fn emf_level(configured: Option<&str>) -> &'static str {
+    match configured.map(str::to_ascii_uppercase).as_deref() {
+        Some("WARN") => "WARN",
+        Some("ERROR") => "ERROR",
+        Some("FATAL") => "FATAL",
+        _ => "INFO",
+    }
+}
+
+/// The EMF document for `counts`, with the `Consumer` dimension, at `level` (see [`emf_level`]).
+pub fn emf_document(
+    consumer: &str,
+    counts: &[(&str, u64)],
+    timestamp_millis: u64,
+    level: &str,
+) -> Value {
     let mut doc = Map::new();
+    doc.insert("level".into(), json!(level));
     doc.insert(
         "_aws".into(),
         json!({
@@ -35,8 +54,9 @@ pub fn emit(consumer: &str, counts: &[(&str, u64)]) {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default();
+    let level = emf_level(std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().as_deref());
     // EMF must be a line of its own on stdout.
-    println!("{}", emf_document(consumer, counts, now));
+    println!("{}", emf_document(consumer, counts, now, level));
     let fields: Map<String, Value> = counts
         .iter()
         .map(|(name, value)| ((*name).to_owned(), json!(value)))
@@ -55,6 +75,7 @@ mod tests {
             "account-state",
             &[("Applied", 3), ("Duplicate", 1)],
             1_700_000_000_000,
+            "INFO",
         );
         assert_eq!(doc["_aws"]["CloudWatchMetrics"][0]["Namespace"], NAMESPACE);
         assert_eq!(
@@ -63,5 +84,23 @@ mod tests {
         );
         assert_eq!(doc["Applied"], 3);
         assert_eq!(doc["Consumer"], "account-state");
+    }
+
+    #[test]
+    fn when_the_log_level_is_raised_should_declare_a_level_lambda_keeps() {
+        assert_eq!(emf_level(Some("WARN")), "WARN");
+        assert_eq!(emf_level(Some("error")), "ERROR");
+        assert_eq!(emf_level(Some("FATAL")), "FATAL");
+        for kept_at_info in [
+            None,
+            Some("INFO"),
+            Some("DEBUG"),
+            Some("TRACE"),
+            Some("bogus"),
+        ] {
+            assert_eq!(emf_level(kept_at_info), "INFO");
+        }
+        let doc = emf_document("collections", &[("Retried", 1)], 0, emf_level(Some("WARN")));
+        assert_eq!(doc["level"], "WARN");
     }
 }

@@ -1,0 +1,566 @@
+"""cfn-lint rules for what the local engines do not enforce (issue #15).
+
+MiniStack and DynamoDB Local accept templates AWS refuses or runs badly: FIFO sends without a
+deduplication id, event targets that drop what they cannot deliver, alarms nobody hears,
+reservations a new account's quota refuses, visibility timeouts shorter than a retry, KMS
+permissions nobody checks, IAM grants nobody uses. Each rule below is one of those, checked
+over `template.yaml` by cfn-lint (`infra/check-template.sh` runs them with `--append-rules`;
+`infra/policy/check-fixtures.sh` proves each one fails on the template that had the problem).
+
+cfn-lint validates the SAM template with Globals merged (no SAM transform), so the rules read
+SAM resources; what SAM adds to each function's role is listed in the README ("Permissions").
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import tomllib
+
+from cfnlint.rules import CloudFormationLintRule, RuleMatch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------ template helpers
+
+
+def resources(cfn, kind=None):
+    for name, res in (cfn.template.get("Resources") or {}).items():
+        if isinstance(res, dict) and (kind is None or res.get("Type") == kind):
+            yield name, res
+
+
+def props(res):
+    return res.get("Properties") or {}
+
+
+def logical_id(value):
+    """The resource a Ref / GetAtt points at (None for anything else)."""
+    if isinstance(value, dict):
+        if "Ref" in value and isinstance(value["Ref"], str):
+            return value["Ref"]
+        if "Fn::GetAtt" in value:
+            att = value["Fn::GetAtt"]
+            if isinstance(att, str):
+                return att.split(".")[0]
+            if isinstance(att, list) and att:
+                return att[0]
+    return None
+
+
+def as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def parameter(cfn, value):
+    if isinstance(value, dict) and isinstance(value.get("Ref"), str):
+        return (cfn.template.get("Parameters") or {}).get(value["Ref"])
+    return None
+
+
+def number(cfn, value, bound="MaxValue"):
+    """A literal number, or a parameter's bound (its largest value by default)."""
+    param = parameter(cfn, value)
+    if param is not None:
+        value = param.get(bound, param.get("Default"))
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def evaluate_condition(cfn, expr):
+    """A condition's value with every parameter at its default (None when unknown)."""
+    conditions = cfn.template.get("Conditions") or {}
+
+    def value(v):
+        param = parameter(cfn, v)
+        if param is not None:
+            return str(param.get("Default", ""))
+        return v if isinstance(v, str) else None
+
+    def ev(e):
+        if isinstance(e, str):
+            return ev(conditions.get(e))
+        if not isinstance(e, dict) or len(e) != 1:
+            return None
+        (op, args), = e.items()
+        if op == "Condition":
+            return ev(conditions.get(args))
+        if op == "Fn::Equals":
+            a, b = (value(x) for x in args)
+            return None if a is None or b is None else a == b
+        if op == "Fn::Not":
+            inner = ev(args[0])
+            return None if inner is None else not inner
+        if op in ("Fn::And", "Fn::Or"):
+            vals = [ev(x) for x in args]
+            if None in vals:
+                return None
+            return all(vals) if op == "Fn::And" else any(vals)
+        return None
+
+    return ev(expr)
+
+
+def is_no_value(v):
+    return isinstance(v, dict) and v.get("Ref") == "AWS::NoValue"
+
+
+def functions(cfn):
+    yield from resources(cfn, "AWS::Serverless::Function")
+
+
+def statements(fn):
+    """The inline statements of a SAM function's Policies (templates and names are refused
+    elsewhere)."""
+    for policy in as_list(props(fn).get("Policies") or []):
+        if isinstance(policy, dict) and "Statement" in policy:
+            for st in as_list(policy["Statement"]):
+                if isinstance(st, dict):
+                    yield st
+
+
+def actions(statement):
+    return [a for a in as_list(statement.get("Action") or []) if isinstance(a, str)]
+
+
+def grants(cfn, fn_or_role_statements, action, resource_id):
+    """Whether some statement allows `action` on the resource `resource_id`."""
+    for st in fn_or_role_statements:
+        if st.get("Effect") != "Allow":
+            continue
+        if not any(a == action or (a.endswith("*") and action.startswith(a[:-1])) for a in actions(st)):
+            continue
+        if any(logical_id(r) == resource_id or r == "*" for r in as_list(st.get("Resource"))):
+            return True
+    return False
+
+
+def role_statements(role):
+    for policy in as_list(props(role).get("Policies") or []):
+        doc = policy.get("PolicyDocument") or {}
+        for st in as_list(doc.get("Statement") or []):
+            if isinstance(st, dict):
+                yield st
+
+
+def events_of(fn, *types):
+    for name, ev in (props(fn).get("Events") or {}).items():
+        if isinstance(ev, dict) and ev.get("Type") in types:
+            yield name, ev.get("Properties") or {}
+
+
+def queue(cfn, value):
+    name = logical_id(value)
+    res = (cfn.template.get("Resources") or {}).get(name)
+    if isinstance(res, dict) and res.get("Type") == "AWS::SQS::Queue":
+        return name, res
+    return name, None
+
+
+def is_fifo(q):
+    return str(props(q).get("FifoQueue", "false")).lower() == "true"
+
+
+class ServicingRule(CloudFormationLintRule):
+    tags = ["servicing"]
+    source_url = "https://github.com/aws-cloudformation/cfn-lint/blob/main/docs/custom_rules.md"
+
+    def problem(self, path, message):
+        return RuleMatch(path, message)
+
+
+# ------------------------------------------------------------------ the rules
+
+
+class FifoSendsAreDeduplicated(ServicingRule):
+    id = "E9101"
+    shortdesc = "Every send to a FIFO queue carries a deduplication id"
+    description = (
+        "An EventBridge rule or pipe target cannot set a MessageDeduplicationId per event; AWS "
+        "refuses (and drops) such sends to a FIFO queue without content-based deduplication."
+    )
+
+    def match(self, cfn):
+        out = []
+        for name, rule in resources(cfn, "AWS::Events::Rule"):
+            for i, target in enumerate(as_list(props(rule).get("Targets") or [])):
+                qname, q = queue(cfn, target.get("Arn"))
+                if q is not None and is_fifo(q) and str(props(q).get("ContentBasedDeduplication", "false")).lower() != "true":
+                    out.append(self.problem(
+                        ["Resources", name, "Properties", "Targets", i],
+                        f"{name} targets the FIFO queue {qname}, which has no content-based deduplication: "
+                        "EventBridge cannot set a deduplication id, so AWS refuses these sends",
+                    ))
+        return out
+
+
+class EventTargetsHaveDeadLetters(ServicingRule):
+    id = "E9102"
+    shortdesc = "Every EventBridge target and schedule has a retry policy, a standard DLQ and alarms"
+    description = (
+        "Without DeadLetterConfig, EventBridge drops an event after its retries; without alarms "
+        "on FailedInvocations and the DLQ's depth nobody knows."
+    )
+
+    def match(self, cfn):
+        out = []
+        alarms = [props(a) for _, a in resources(cfn, "AWS::CloudWatch::Alarm")]
+
+        def dlq_problems(path, owner, cfg):
+            dlq = (cfg.get("DeadLetterConfig") or {}).get("Arn")
+            if cfg.get("RetryPolicy") is None:
+                out.append(self.problem(path, f"{owner} has no RetryPolicy"))
+            if dlq is None:
+                out.append(self.problem(path, f"{owner} has no DeadLetterConfig: an undeliverable event is dropped"))
+                return
+            qname, q = queue(cfn, dlq)
+            if q is None or is_fifo(q):
+                out.append(self.problem(path, f"{owner}'s dead-letter queue must be a standard SQS queue of this stack"))
+                return
+            watched = any(
+                a.get("MetricName") == "ApproximateNumberOfMessagesVisible"
+                and any(logical_id(d.get("Value")) == qname for d in as_list(a.get("Dimensions") or []))
+                for a in alarms
+            )
+            if not watched:
+                out.append(self.problem(path, f"no alarm watches the depth of {qname}, {owner}'s dead-letter queue"))
+
+        for name, rule in resources(cfn, "AWS::Events::Rule"):
+            rule_name = props(rule).get("Name")
+            for i, target in enumerate(as_list(props(rule).get("Targets") or [])):
+                dlq_problems(["Resources", name, "Properties", "Targets", i], f"{name}'s target", target)
+            failed = [
+                a for a in alarms
+                if a.get("MetricName") == "FailedInvocations"
+                and any(d.get("Name") == "RuleName" and rule_name is not None and d.get("Value") == rule_name
+                        for d in as_list(a.get("Dimensions") or []))
+            ]
+            if not failed:
+                out.append(self.problem(
+                    ["Resources", name],
+                    f"no FailedInvocations alarm names {name} (give the rule a Name and alarm on it)",
+                ))
+        for name, fn in functions(cfn):
+            for ev_name, ev in events_of(fn, "Schedule", "ScheduleV2", "EventBridgeRule", "CloudWatchEvent"):
+                dlq_problems(["Resources", name, "Properties", "Events", ev_name], f"{name}'s {ev_name} event", ev)
+        return out
+
+
+class AlarmsHaveActions(ServicingRule):
+    id = "E9103"
+    shortdesc = "Every alarm notifies someone"
+    description = "An alarm without AlarmActions changes state in a console nobody watches."
+
+    def match(self, cfn):
+        return [
+            self.problem(["Resources", name, "Properties"], f"{name} has no AlarmActions")
+            for name, alarm in resources(cfn, "AWS::CloudWatch::Alarm")
+            if not props(alarm).get("AlarmActions")
+        ]
+
+
+class NoReservationByDefault(ServicingRule):
+    id = "E9104"
+    shortdesc = "No reserved concurrency with the default parameters"
+    description = (
+        "New accounts get a reduced concurrency quota; reservations that exceed it fail the "
+        "first deploy. Reserve only behind a condition that is false by default."
+    )
+
+    def match(self, cfn):
+        out = []
+        for name, fn in functions(cfn):
+            reserved = props(fn).get("ReservedConcurrentExecutions")
+            if reserved is None:
+                continue
+            ok = (
+                isinstance(reserved, dict) and "Fn::If" in reserved
+                and is_no_value(reserved["Fn::If"][2])
+                and evaluate_condition(cfn, reserved["Fn::If"][0]) is False
+            )
+            if not ok:
+                out.append(self.problem(
+                    ["Resources", name, "Properties", "ReservedConcurrentExecutions"],
+                    f"{name} reserves concurrency with the default parameters",
+                ))
+        return out
+
+
+class VisibilityCoversRetries(ServicingRule):
+    id = "E9105"
+    shortdesc = "A queue's visibility timeout is at least 6 x its consumer's timeout + batch window"
+    description = (
+        "Lambda's guidance for SQS sources: a shorter visibility timeout lets a message be "
+        "delivered again while its first delivery is still running."
+    )
+
+    def match(self, cfn):
+        out = []
+        for name, fn in functions(cfn):
+            timeout = number(cfn, props(fn).get("Timeout", 3))
+            for ev_name, ev in events_of(fn, "SQS"):
+                qname, q = queue(cfn, ev.get("Queue"))
+                if q is None:
+                    continue
+                window = number(cfn, ev.get("MaximumBatchingWindowInSeconds", 0))
+                visibility = number(cfn, props(q).get("VisibilityTimeout", 30))
+                if window is None or timeout is None or visibility is None:
+                    out.append(self.problem(["Resources", name, "Properties", "Events", ev_name],
+                                            f"{name}/{ev_name}: timeout, window or visibility is not bounded"))
+                    continue
+                needed = 6 * timeout + window
+                if visibility < needed:
+                    out.append(self.problem(
+                        ["Resources", qname, "Properties", "VisibilityTimeout"],
+                        f"{qname} hides a message {visibility:.0f} s; {name} needs at least "
+                        f"6 x {timeout:.0f} s + a {window:.0f} s window = {needed:.0f} s",
+                    ))
+        return out
+
+
+class DeadLettersOutliveTheirSource(ServicingRule):
+    id = "E9106"
+    shortdesc = "A dead-letter queue keeps messages longer than its source"
+    description = (
+        "SQS ages a dead letter from its first enqueue; a DLQ that keeps no longer than its "
+        "source may drop a message the moment it arrives."
+    )
+
+    def match(self, cfn):
+        out = []
+        for name, q in resources(cfn, "AWS::SQS::Queue"):
+            redrive = props(q).get("RedrivePolicy")
+            if not isinstance(redrive, dict):
+                continue
+            dname, dlq = queue(cfn, redrive.get("deadLetterTargetArn"))
+            if dlq is None:
+                continue
+            source = number(cfn, props(q).get("MessageRetentionPeriod", 345600))
+            kept = number(cfn, props(dlq).get("MessageRetentionPeriod", 345600))
+            if kept is None or source is None or kept <= source:
+                out.append(self.problem(
+                    ["Resources", dname, "Properties", "MessageRetentionPeriod"],
+                    f"{dname} keeps messages {kept} s, not longer than its source {name} ({source} s)",
+                ))
+        return out
+
+
+class EncryptedQueueProducersCanEncrypt(ServicingRule):
+    id = "E9107"
+    shortdesc = "Whoever sends to a KMS-encrypted queue may use its key"
+    description = (
+        "A send to a queue encrypted with a customer key needs kms:GenerateDataKey on that key; "
+        "without it the send fails (for a function's DLQ: silently, at the worst moment)."
+    )
+
+    def match(self, cfn):
+        out = []
+        queues = {n: q for n, q in resources(cfn, "AWS::SQS::Queue") if logical_id(props(q).get("KmsMasterKeyId"))}
+        key_of = {n: logical_id(props(q).get("KmsMasterKeyId")) for n, q in queues.items()}
+        all_res = cfn.template.get("Resources") or {}
+
+        def check(path, who, sts, qname):
+            if qname in queues and not grants(cfn, sts, "kms:GenerateDataKey", key_of[qname]):
+                out.append(self.problem(path, f"{who} sends to {qname} but may not kms:GenerateDataKey on {key_of[qname]}"))
+
+        for name, fn in functions(cfn):
+            sts = list(statements(fn))
+            path = ["Resources", name, "Properties", "Policies"]
+            dlq = props(fn).get("DeadLetterQueue") or {}
+            check(path, f"{name} (its DeadLetterQueue)", sts, logical_id(dlq.get("TargetArn")))
+            for st in sts:
+                if "sqs:SendMessage" in actions(st):
+                    for r in as_list(st.get("Resource")):
+                        check(path, name, sts, logical_id(r))
+            for _, ev in events_of(fn, "DynamoDB", "Kinesis", "SQS"):
+                dest = ((ev.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
+                check(path, f"{name} (its stream failure destination)", sts, logical_id(dest))
+            for ev_name, ev in events_of(fn, "ScheduleV2"):
+                dlq = logical_id((ev.get("DeadLetterConfig") or {}).get("Arn"))
+                role = all_res.get(logical_id(ev.get("RoleArn")))
+                role_sts = list(role_statements(role)) if isinstance(role, dict) else []
+                check(["Resources", name, "Properties", "Events", ev_name], f"{name}'s {ev_name} schedule role", role_sts, dlq)
+        # Service principals (EventBridge) deliver under the key policy.
+        for qpname, qp in resources(cfn, "AWS::SQS::QueuePolicy"):
+            for st in as_list((props(qp).get("PolicyDocument") or {}).get("Statement") or []):
+                service = (st.get("Principal") or {}).get("Service")
+                for r in as_list(st.get("Resource")):
+                    qname = logical_id(r)
+                    if qname not in queues or service is None:
+                        continue
+                    key = all_res.get(key_of[qname]) or {}
+                    key_sts = as_list((props(key).get("KeyPolicy") or {}).get("Statement") or [])
+                    allowed = any(
+                        (s.get("Principal") or {}).get("Service") == service
+                        and any(a in ("kms:GenerateDataKey", "kms:GenerateDataKey*") for a in actions(s))
+                        for s in key_sts
+                    )
+                    if not allowed:
+                        out.append(self.problem(["Resources", qpname],
+                                                f"{service} sends to {qname} but {key_of[qname]}'s key policy does not let it GenerateDataKey"))
+        return out
+
+
+# SDK operations (the fluent builder's name) and the IAM actions they need.
+SDK_ACTIONS = {
+    "get_item": ["dynamodb:GetItem"],
+    "put_item": ["dynamodb:PutItem"],
+    "update_item": ["dynamodb:UpdateItem"],
+    "delete_item": ["dynamodb:DeleteItem"],
+    "query": ["dynamodb:Query"],
+    "scan": ["dynamodb:Scan"],
+    "batch_get_item": ["dynamodb:BatchGetItem"],
+    "batch_write_item": ["dynamodb:BatchWriteItem"],
+    "transact_get_items": ["dynamodb:GetItem"],
+    # Each item of a transaction is authorised as its own action.
+    "transact_write_items": ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"],
+    "send_message": ["sqs:SendMessage"],
+    "send_message_batch": ["sqs:SendMessage"],
+    "put_events": ["events:PutEvents"],
+}
+# What Lambda itself does with the function's role, not the code: poll the stream, write the
+# function's DLQ and failure destination, decrypt its environment.
+SERVICE_ACTIONS = {
+    "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams",
+    "kms:Decrypt", "kms:GenerateDataKey",
+}
+CALL = re.compile(r"\.(" + "|".join(SDK_ACTIONS) + r")\(\)")
+
+
+def linked_crates(binary):
+    """The workspace crates a function's binary links (path dependencies, transitively)."""
+    workspace = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    paths = {n: ROOT / d["path"] for n, d in workspace["workspace"]["dependencies"].items()
+             if isinstance(d, dict) and "path" in d}
+    todo, seen = [ROOT / "functions" / binary], set()
+    while todo:
+        crate = todo.pop()
+        if crate in seen or not (crate / "Cargo.toml").exists():
+            continue
+        seen.add(crate)
+        deps = tomllib.loads((crate / "Cargo.toml").read_text()).get("dependencies", {})
+        todo.extend(paths[n] for n in deps if n in paths)
+    return seen
+
+
+def callable_actions(binary):
+    found = set()
+    for crate in linked_crates(binary):
+        for src in (crate / "src").rglob("*.rs"):
+            for op in CALL.findall(src.read_text()):
+                found.update(SDK_ACTIONS[op])
+    return found
+
+
+class FunctionsHoldOnlyWhatTheirCodeCalls(ServicingRule):
+    id = "E9108"
+    shortdesc = "Each function's IAM actions are ones its code calls, scoped to its own items"
+    description = (
+        "No wildcard actions or resources, no managed policies or policy templates, every "
+        "granted action one the crates the binary links call (or Lambda performs for it), and "
+        "every table item action confined to the function's key prefixes (dynamodb:LeadingKeys)."
+    )
+
+    def match(self, cfn):
+        out = []
+        for name, fn in functions(cfn):
+            path = ["Resources", name, "Properties", "Policies"]
+            for policy in as_list(props(fn).get("Policies") or []):
+                if not (isinstance(policy, dict) and "Statement" in policy):
+                    out.append(self.problem(path, f"{name} uses a managed policy or policy template ({policy!r}): write the statements"))
+            binary = ((fn.get("Metadata") or {}).get("BuildProperties") or {}).get("Binary")
+            callable_ = callable_actions(binary) if binary else set()
+            for st in statements(fn):
+                sid = st.get("Sid", "?")
+                for action in actions(st):
+                    if "*" in action:
+                        out.append(self.problem(path, f"{name}/{sid}: wildcard action {action}"))
+                    elif action not in callable_ and action not in SERVICE_ACTIONS:
+                        out.append(self.problem(path, f"{name}/{sid}: {action} is granted but no crate {binary} links calls it"))
+                if any(r == "*" for r in as_list(st.get("Resource"))):
+                    out.append(self.problem(path, f"{name}/{sid}: Resource \"*\""))
+                item_actions = [a for a in actions(st) if a.startswith("dynamodb:") and a not in SERVICE_ACTIONS and a != "dynamodb:Scan"]
+                leading = (st.get("Condition") or {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+                if item_actions and not leading:
+                    out.append(self.problem(path, f"{name}/{sid}: {', '.join(item_actions)} without a dynamodb:LeadingKeys condition"))
+        return out
+
+
+class FifoSourcesUseHighThroughput(ServicingRule):
+    id = "E9109"
+    shortdesc = "A FIFO queue that feeds a function uses high-throughput mode"
+    description = (
+        "Deduplication and throughput per message group (DeduplicationScope messageGroup, "
+        "FifoThroughputLimit perMessageGroupId): one busy account does not cap all others."
+    )
+
+    def match(self, cfn):
+        out = []
+        for name, fn in functions(cfn):
+            for _, ev in events_of(fn, "SQS"):
+                qname, q = queue(cfn, ev.get("Queue"))
+                if q is None or not is_fifo(q):
+                    continue
+                p = props(q)
+                if p.get("DeduplicationScope") != "messageGroup" or p.get("FifoThroughputLimit") != "perMessageGroupId":
+                    out.append(self.problem(["Resources", qname, "Properties"], f"{qname} is not in high-throughput FIFO mode"))
+        return out
+
+
+class OutboundUrlsAreHttps(ServicingRule):
+    id = "E9110"
+    shortdesc = "A URL parameter a function calls must be https"
+    description = "Customer data leaves the account only over TLS."
+
+    def match(self, cfn):
+        out = []
+        for name, fn in functions(cfn):
+            env = ((props(fn).get("Environment") or {}).get("Variables")) or {}
+            for var, value in env.items():
+                param = parameter(cfn, value)
+                if var.endswith("_URL") and param is not None and "https://" not in str(param.get("AllowedPattern", "")):
+                    out.append(self.problem(["Parameters", value["Ref"]], f"{value['Ref']} ({name}'s {var}) accepts non-https URLs"))
+        return out
+
+
+class StreamConsumersAlarmOnIteratorAge(ServicingRule):
+    id = "E9111"
+    shortdesc = "A stream consumer has an IteratorAge alarm"
+    description = "A relay that falls behind its stream delays every downstream effect; say so."
+
+    def match(self, cfn):
+        out = []
+        alarms = [props(a) for _, a in resources(cfn, "AWS::CloudWatch::Alarm")]
+        for name, fn in functions(cfn):
+            if not list(events_of(fn, "DynamoDB", "Kinesis")):
+                continue
+            if not any(a.get("MetricName") == "IteratorAge"
+                       and any(logical_id(d.get("Value")) == name for d in as_list(a.get("Dimensions") or []))
+                       for a in alarms):
+                out.append(self.problem(["Resources", name], f"no IteratorAge alarm on {name}"))
+        return out
+
+
+class RetainedDataKeepsItsKey(ServicingRule):
+    id = "E9112"
+    shortdesc = "A retained table's KMS key is retained too, with an alias"
+    description = "Deleting the stack must not leave a table nobody can decrypt."
+
+    def match(self, cfn):
+        out = []
+        all_res = cfn.template.get("Resources") or {}
+        aliases = {logical_id(props(a).get("TargetKeyId")) for _, a in resources(cfn, "AWS::KMS::Alias")}
+        for name, table in resources(cfn, "AWS::DynamoDB::Table"):
+            if table.get("DeletionPolicy") != "Retain":
+                continue
+            key = logical_id((props(table).get("SSESpecification") or {}).get("KMSMasterKeyId"))
+            if key is None:
+                continue
+            if (all_res.get(key) or {}).get("DeletionPolicy") != "Retain":
+                out.append(self.problem(["Resources", key], f"{name} is retained but its key {key} is not"))
+            if key not in aliases:
+                out.append(self.problem(["Resources", key], f"{key} has no alias"))
+        return out
