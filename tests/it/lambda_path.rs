@@ -7,10 +7,11 @@
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_lambda::types::{EventSourcePosition, Filter, FilterCriteria, FunctionResponseType};
 use integration_tests::lambda::{deploy, pending, queue};
 use integration_tests::routing::route;
-use integration_tests::servicing::{Servicing, assert_state_matches, fixture};
+use integration_tests::servicing::{Servicing, assert_state_matches, attr_s, fixture};
 use integration_tests::{Engine, unique_name};
 use serde_json::{Value, json};
 
@@ -156,16 +157,18 @@ async fn when_a_duplicated_sample_goes_through_the_deployed_lambda_should_reach_
     assert!(servicing.quarantine().await.is_empty());
 }
 
-#[tokio::test]
-async fn when_samples_flow_through_the_whole_deployed_pipeline_should_notify_exactly_once() {
-    let config = Engine::MiniStack.sdk_config().await;
-    let servicing = Servicing::new(Engine::MiniStack).await;
+/// account-state behind a FIFO servicing queue, and the relay on the table's stream publishing to
+/// a fresh bus and sending the API's payments to that queue — as `template.yaml` wires them.
+struct DeployedServicing {
+    servicing_url: String,
+    bus: String,
+}
+
+async fn deploy_servicing_path(servicing: &Servicing) -> DeployedServicing {
+    let config = servicing.engine.sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&config);
     let lambda = aws_sdk_lambda::Client::new(&config);
     let events = aws_sdk_eventbridge::Client::new(&config);
-    let receiver = Receiver::default();
-    let server = receiver.start().await;
-
     // account-state behind the FIFO servicing queue.
     let (servicing_url, servicing_arn) = queue(&sqs, "servicing", true).await;
     let account_state = deploy(
@@ -220,6 +223,21 @@ async fn when_samples_flow_through_the_whole_deployed_pipeline_should_notify_exa
         .send()
         .await
         .expect("stream event source mapping");
+
+    DeployedServicing { servicing_url, bus }
+}
+
+#[tokio::test]
+async fn when_samples_flow_through_the_whole_deployed_pipeline_should_notify_exactly_once() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let lambda = aws_sdk_lambda::Client::new(&config);
+    let events = aws_sdk_eventbridge::Client::new(&config);
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+
+    let DeployedServicing { servicing_url, bus } = deploy_servicing_path(&servicing).await;
 
     // DelinquencyChanged → collections queue → collections → the receiver.
     let (collections_url, collections_arn) = queue(&sqs, "collections", false).await;
@@ -287,4 +305,115 @@ async fn when_samples_flow_through_the_whole_deployed_pipeline_should_notify_exa
         "{keys:?}"
     );
     assert!(servicing.quarantine().await.is_empty());
+}
+
+/// Before: every API payment went to the servicing queue in one static message group, so one
+/// account's payment that keeps failing held back every other account's API payments.
+#[tokio::test]
+async fn when_one_accounts_api_payment_keeps_failing_should_still_apply_another_accounts() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let DeployedServicing { servicing_url, .. } = deploy_servicing_path(&servicing).await;
+    let api = payments_api_handler::PaymentsApi::new(servicing.store("payments-api"));
+    let (stuck, flowing) = ("acc_api_stuck", "acc_api_flowing");
+
+    for account in [stuck, flowing] {
+        let opening = json!({"sourceSystem": "core-banking", "sourceEventId": format!("open-{account}"),
+            "eventType": "LOAN_OPENED", "accountId": account, "eventTime": "2026-09-01T09:00:00Z",
+            "principalMinor": 100_000, "currency": "EUR"});
+        send_in_order(&sqs, &servicing_url, &[opening.to_string()]).await;
+    }
+    let opened = wait_for(Duration::from_secs(20), || async {
+        servicing.loan(stuck).await.is_some() && servicing.loan(flowing).await.is_some()
+    })
+    .await;
+    assert!(opened, "the accounts were not opened within 20 s");
+
+    // The stuck account's loan item no longer decodes (its version is not a number): a cached
+    // state's version-checked write is refused, the read that follows finds corrupt data, and
+    // account-state retries the message (corrupt stored data waits for an operator).
+    servicing
+        .client
+        .update_item()
+        .table_name(&servicing.table)
+        .key("pk", AttributeValue::S(format!("LOAN#{stuck}")))
+        .key("sk", AttributeValue::S("STATE".into()))
+        .update_expression("SET version = :bad")
+        .expression_attribute_values(":bad", AttributeValue::S("not a number".into()))
+        .send()
+        .await
+        .expect("corrupt the stuck loan");
+
+    // Both payments accepted by the API (202), the stuck account's first.
+    for (account, key) in [(stuck, "pay-stuck"), (flowing, "pay-flowing")] {
+        let body = json!({"accountId": account, "amountMinor": 1_000, "currency": "EUR", "reference": key});
+        let response = api
+            .handle(integration_tests::api_gateway::event(
+                "POST",
+                "/v1/payments",
+                "POST /v1/payments",
+                Some("arn:aws:iam::123456789012:user/back-office"),
+                Some(key),
+                Some(&body.to_string()),
+            ))
+            .await;
+        assert_eq!(response.status().as_u16(), 202, "{account}");
+    }
+
+    let applied = wait_for(Duration::from_secs(30), || async {
+        servicing.allocations(flowing).await.len() == 1
+    })
+    .await;
+    assert!(
+        applied,
+        "the flowing account's API payment was not applied within 30 s"
+    );
+    // The stuck payment is still there, retried — not lost, not applied, not quarantined.
+    assert!(pending(&sqs, &servicing_url).await >= 1);
+    assert!(servicing.quarantine().await.is_empty());
+    let stuck_claims = servicing
+        .items_of_type("CLAIM")
+        .await
+        .into_iter()
+        .filter(|c| attr_s(c, "accountId") == Some(stuck))
+        .count();
+    assert_eq!(
+        stuck_claims, 1,
+        "only the stuck account's opening is claimed"
+    );
+}
+
+/// Sends `bodies` to the FIFO servicing queue in order, grouped by account, each once.
+async fn send_in_order(sqs: &aws_sdk_sqs::Client, queue_url: &str, bodies: &[String]) {
+    for body in bodies {
+        let account = serde_json::from_str::<Value>(body).expect("json")["accountId"]
+            .as_str()
+            .expect("account")
+            .to_owned();
+        sqs.send_message()
+            .queue_url(queue_url)
+            .message_body(body)
+            .message_group_id(account)
+            .message_deduplication_id(unique_name("delivery"))
+            .send()
+            .await
+            .expect("send");
+    }
+}
+
+/// Polls `done` every 250 ms until it holds or `limit` passes; whether it held.
+async fn wait_for<F, Fut>(limit: Duration, done: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        if done().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    false
 }

@@ -69,7 +69,8 @@ pub async fn deploy(
     name
 }
 
-/// Creates a queue (FIFO when `fifo`); returns `(url, arn)`.
+/// Creates a queue (FIFO when `fifo`, configured as the deployed servicing queue); returns
+/// `(url, arn)`.
 pub async fn queue(sqs: &aws_sdk_sqs::Client, prefix: &str, fifo: bool) -> (String, String) {
     let mut request = sqs
         .create_queue()
@@ -78,6 +79,10 @@ pub async fn queue(sqs: &aws_sdk_sqs::Client, prefix: &str, fifo: bool) -> (Stri
         request
             .queue_name(format!("{}.fifo", unique_name(prefix)))
             .attributes(QueueAttributeName::FifoQueue, "true")
+            // As template.yaml's ServicingQueue: high-throughput FIFO, no content-based
+            // deduplication (every send must carry its deduplication id).
+            .attributes(QueueAttributeName::DeduplicationScope, "messageGroup")
+            .attributes(QueueAttributeName::FifoThroughputLimit, "perMessageGroupId")
     } else {
         request.queue_name(unique_name(prefix))
     };
