@@ -105,9 +105,13 @@ def parameters(notification_url: str) -> list[dict]:
 
 def deploy(template_body: str, notification_url: str) -> dict[str, str]:
     cfn = client("cloudformation")
+    # Through S3, as `sam deploy` does: CloudFormation refuses a TemplateBody over 51,200 bytes.
+    key = f"template-{uuid.uuid5(uuid.NAMESPACE_OID, template_body)}.yaml"
+    client("s3").put_object(Bucket=ARTIFACT_BUCKET, Key=key, Body=template_body.encode())
+    endpoint = os.environ["AWS_ENDPOINT_URL"].rstrip("/")
     args = dict(
         StackName=STACK,
-        TemplateBody=template_body,
+        TemplateURL=f"{endpoint}/{ARTIFACT_BUCKET}/{key}",
         Parameters=parameters(notification_url),
         Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
     )

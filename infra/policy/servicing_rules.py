@@ -112,9 +112,19 @@ def functions(cfn):
     yield from resources(cfn, "AWS::Serverless::Function")
 
 
-def statements(fn):
-    """The inline statements of a SAM function's Policies (templates and names are refused
-    elsewhere)."""
+def function_role(cfn, fn):
+    """The explicit role a function names (`Role: !GetAtt X.Arn`), if any."""
+    role = (cfn.template.get("Resources") or {}).get(logical_id(props(fn).get("Role")))
+    return role if isinstance(role, dict) and role.get("Type") == "AWS::IAM::Role" else None
+
+
+def statements(cfn, fn):
+    """What a function's role allows: its explicit role's inline statements, or the statements
+    of its SAM Policies (templates and names are refused elsewhere)."""
+    role = function_role(cfn, fn)
+    if role is not None:
+        yield from role_statements(role)
+        return
     for policy in as_list(props(fn).get("Policies") or []):
         if isinstance(policy, dict) and "Statement" in policy:
             for st in as_list(policy["Statement"]):
@@ -367,7 +377,7 @@ class EncryptedQueueProducersCanEncrypt(ServicingRule):
                 out.append(self.problem(path, f"{who} sends to {qname} but may not kms:GenerateDataKey on {key_of[qname]}"))
 
         for name, fn in functions(cfn):
-            sts = list(statements(fn))
+            sts = list(statements(cfn, fn))
             path = ["Resources", name, "Properties", "Policies"]
             dlq = props(fn).get("DeadLetterQueue") or {}
             check(path, f"{name} (its DeadLetterQueue)", sts, logical_id(dlq.get("TargetArn")))
@@ -421,12 +431,17 @@ SDK_ACTIONS = {
     "send_message_batch": ["sqs:SendMessage"],
     "put_events": ["events:PutEvents"],
 }
-# What Lambda itself does with the function's role, not the code: poll the stream, write the
-# function's DLQ and failure destination, decrypt its environment.
+# What Lambda itself does with the function's role, not the code: poll the queue or the
+# stream, write the function's logs, traces, DLQ and failure destination, decrypt its
+# environment.
 SERVICE_ACTIONS = {
     "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams",
+    "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility",
+    "logs:CreateLogStream", "logs:PutLogEvents",
     "kms:Decrypt", "kms:GenerateDataKey",
 }
+# X-Ray has no resource-level permissions: "*" is the only resource these accept.
+STAR_ONLY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 CALL = re.compile(r"\.(" + "|".join(SDK_ACTIONS) + r")\(\)")
 
 
@@ -468,19 +483,37 @@ class FunctionsHoldOnlyWhatTheirCodeCalls(ServicingRule):
         out = []
         for name, fn in functions(cfn):
             path = ["Resources", name, "Properties", "Policies"]
+            role = function_role(cfn, fn)
+            if role is None:
+                out.append(self.problem(["Resources", name, "Properties"],
+                                        f"{name} has no explicit Role: SAM's generated role attaches AWS managed policies on \"*\""))
+            elif props(role).get("ManagedPolicyArns") is not None and not (
+                isinstance(props(role)["ManagedPolicyArns"], dict) and "Fn::If" in props(role)["ManagedPolicyArns"]
+                and evaluate_condition(cfn, props(role)["ManagedPolicyArns"]["Fn::If"][0]) is False
+            ):
+                out.append(self.problem(["Resources", logical_id(props(fn).get("Role"))],
+                                        f"{name}'s role attaches managed policies with the default parameters"))
             for policy in as_list(props(fn).get("Policies") or []):
                 if not (isinstance(policy, dict) and "Statement" in policy):
                     out.append(self.problem(path, f"{name} uses a managed policy or policy template ({policy!r}): write the statements"))
             binary = ((fn.get("Metadata") or {}).get("BuildProperties") or {}).get("Binary")
             callable_ = callable_actions(binary) if binary else set()
-            for st in statements(fn):
+            # Lambda writes the function's DLQ and stream failure destination itself.
+            lambda_writes = {logical_id((props(fn).get("DeadLetterQueue") or {}).get("TargetArn"))} | {
+                logical_id(((ev.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination"))
+                for _, ev in events_of(fn, "DynamoDB", "Kinesis", "SQS")
+            }
+            for st in statements(cfn, fn):
                 sid = st.get("Sid", "?")
+                by_lambda = {logical_id(r) for r in as_list(st.get("Resource"))} <= lambda_writes - {None}
                 for action in actions(st):
+                    if action == "sqs:SendMessage" and by_lambda:
+                        continue
                     if "*" in action:
                         out.append(self.problem(path, f"{name}/{sid}: wildcard action {action}"))
-                    elif action not in callable_ and action not in SERVICE_ACTIONS:
+                    elif action not in callable_ and action not in SERVICE_ACTIONS | STAR_ONLY_ACTIONS:
                         out.append(self.problem(path, f"{name}/{sid}: {action} is granted but no crate {binary} links calls it"))
-                if any(r == "*" for r in as_list(st.get("Resource"))):
+                if any(r == "*" for r in as_list(st.get("Resource"))) and not set(actions(st)) <= STAR_ONLY_ACTIONS:
                     out.append(self.problem(path, f"{name}/{sid}: Resource \"*\""))
                 item_actions = [a for a in actions(st) if a.startswith("dynamodb:") and a not in SERVICE_ACTIONS and a != "dynamodb:Scan"]
                 leading = (st.get("Condition") or {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")

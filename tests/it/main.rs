@@ -23,3 +23,4 @@ mod operations;
 mod parking;
 mod payments_api;
 mod relay;
+mod sample_events;
