@@ -409,12 +409,13 @@ async fn when_events_precede_their_opening_on_a_fifo_group_should_apply_them_aft
     );
     // Until it opens, the account does not exist for anyone else.
     assert!(
-        servicing
-            .store("test-reader")
-            .account_report(&servicing_domain::AccountId::parse(b).expect("id"))
-            .await
-            .expect("read")
-            .is_none()
+        servicing_ops::report::account_report(
+            &servicing.store("test-reader"),
+            &servicing_domain::AccountId::parse(b).expect("id")
+        )
+        .await
+        .expect("read")
+        .is_none()
     );
     let results = process(&handler, &[("o2", open(b))]).await;
     assert_eq!(results, [MessageResult::Applied]);

@@ -240,8 +240,7 @@ impl Servicing {
     /// (without `counts`, which belong to the deliveries, not to the state).
     pub async fn account_report(&self, account: &str) -> Value {
         let id = AccountId::parse(account).expect("account id");
-        self.store("test-reader")
-            .account_report(&id)
+        servicing_ops::report::account_report(&self.store("test-reader"), &id)
             .await
             .expect("report")
             .expect("account exists")

@@ -5,24 +5,22 @@
 
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use outbox_relay_handler::{CONSUMER, OutboxRelay};
-use servicing_store::{ServicingStore, StoreConfig};
+use outbox_relay_handler::{Config, OutboxRelay};
+use servicing_store::ServicingStore;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
 
-    let table = aws_setup::required_env("TABLE_NAME")?;
-    let event_bus = aws_setup::required_env("EVENT_BUS_NAME")?;
-    // API payments are applied through this queue: without it they would be accepted and lost.
-    let servicing_queue = aws_setup::required_env("SERVICING_QUEUE_URL")?;
+    let config = Config::from_env()?;
     let sdk = aws_setup::load().await;
-    let store = ServicingStore::new(
-        aws_sdk_dynamodb::Client::new(&sdk),
-        StoreConfig::new(table, CONSUMER),
-    );
-    let relay = OutboxRelay::new(aws_sdk_eventbridge::Client::new(&sdk), store, event_bus)
-        .with_servicing_queue(aws_sdk_sqs::Client::new(&sdk), servicing_queue);
+    let store = ServicingStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.store_config());
+    let relay = OutboxRelay::new(
+        aws_sdk_eventbridge::Client::new(&sdk),
+        store,
+        config.event_bus,
+    )
+    .with_servicing_queue(aws_sdk_sqs::Client::new(&sdk), config.servicing_queue_url);
     let relay = &relay;
 
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {

@@ -37,12 +37,3 @@ pub fn timeouts() -> aws_config::timeout::TimeoutConfig {
 pub async fn load() -> SdkConfig {
     loader().load().await
 }
-
-/// A required setting of a function: present and non-empty, else an error naming it, so the
-/// cold start fails loudly instead of running misconfigured.
-pub fn required_env(name: &str) -> Result<String, String> {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| format!("{name} is required"))
-}

@@ -9,6 +9,7 @@
 //!    with the error (the message is retried; the replay finds the intent pending and executes it
 //!    again with the SAME `actionId`, which the receiver deduplicates).
 
+mod config;
 mod notifier;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -20,7 +21,9 @@ use servicing_store::{
     UnitOfWork,
 };
 
+pub use config::{CALL_TIMEOUT, Config};
 pub use notifier::{Delivery, Notifier};
+pub use servicing_settings::ConfigError;
 
 pub const CONSUMER: &str = "collections";
 /// Claims of this consumer are keyed by the outbox event id under this pseudo source system.
@@ -194,7 +197,11 @@ impl CollectionsHandler {
         let event = match parsed {
             Ok(Some(event)) => event,
             Ok(None) => return MessageResult::Ignored,
-            Err(reason) => return self.quarantine(message_id, body, &reason).await,
+            Err(reason) => {
+                return self
+                    .quarantine(message_id, body, "invalid_event", &reason)
+                    .await;
+            }
         };
         let source = SourceRef {
             system: CLAIM_SYSTEM.to_owned(),
@@ -219,7 +226,9 @@ impl CollectionsHandler {
                     "collision: event {} was claimed with fingerprint {stored}, this one has {fingerprint}",
                     event.event_id
                 );
-                return self.quarantine(message_id, body, &reason).await;
+                return self
+                    .quarantine(message_id, body, "collision", &reason)
+                    .await;
             }
             Ok(other) => {
                 return MessageResult::Retry {
@@ -313,12 +322,13 @@ impl CollectionsHandler {
         }
     }
 
-    async fn quarantine(&self, message_id: &str, body: &str, reason: &str) -> MessageResult {
-        let code = if reason.starts_with("collision") {
-            "collision"
-        } else {
-            "invalid_event"
-        };
+    async fn quarantine(
+        &self,
+        message_id: &str,
+        body: &str,
+        code: &str,
+        reason: &str,
+    ) -> MessageResult {
         let entry = QuarantineEntry::new(message_id, body, code, reason);
         match self.store.quarantine(&entry).await {
             Ok(()) => {

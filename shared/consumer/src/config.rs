@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
+use servicing_settings::{Settings, narrow};
 use servicing_store::{DEFAULT_CLAIM_RETENTION, MAX_TRANSACTION_ITEMS, StoreConfig};
+
+pub use servicing_settings::ConfigError;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -29,18 +32,6 @@ pub struct Config {
     /// events, and the accounts' commits side by side) (`MAX_TRANSACTION_ITEMS`, 1..=100,
     /// default 100). 1 commits every event on its own.
     pub max_transaction_items: usize,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{0} is required")]
-    Missing(&'static str),
-    #[error("{name} must be {rule}, got {value:?}")]
-    Invalid {
-        name: &'static str,
-        rule: String,
-        value: String,
-    },
 }
 
 impl Config {
@@ -71,58 +62,28 @@ impl Config {
     }
 
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let table = get("TABLE_NAME")
-            .filter(|t| !t.is_empty())
-            .ok_or(ConfigError::Missing("TABLE_NAME"))?;
-        let mut config = Self::for_table(table);
-        // Every number has a range: no overflow in `days × 86400`, no truncating cast.
-        let number = |name: &'static str,
-                      default: u64,
-                      range: std::ops::RangeInclusive<u64>|
-         -> Result<u64, ConfigError> {
-            let Some(value) = get(name) else {
-                return Ok(default);
-            };
-            value
-                .parse::<u64>()
-                .ok()
-                .filter(|v| range.contains(v))
-                .ok_or(ConfigError::Invalid {
-                    name,
-                    rule: range_rule(&range),
-                    value,
-                })
-        };
-        let days = number("CLAIM_RETENTION_DAYS", 35, 1..=3650)?;
-        config.claim_retention = Duration::from_secs(days * 86_400);
-        config.max_event_time_skew = Duration::from_secs(number(
+        let settings = Settings::new(get);
+        let mut config = Self::for_table(settings.required("TABLE_NAME")?);
+        config.claim_retention = settings.days("CLAIM_RETENTION_DAYS", 35, 1..=3650)?;
+        config.max_event_time_skew = Duration::from_secs(settings.number(
             "MAX_EVENT_TIME_SKEW_SECONDS",
             86_400,
             0..=30 * 86_400,
         )?);
-        config.max_commit_attempts = narrow(number("MAX_COMMIT_ATTEMPTS", 5, 1..=100)?);
+        config.max_commit_attempts = narrow(settings.number("MAX_COMMIT_ATTEMPTS", 5, 1..=100)?);
         config.conflict_backoff =
-            Duration::from_millis(number("CONFLICT_BACKOFF_MS", 10, 0..=60_000)?);
-        config.account_concurrency = narrow(number("ACCOUNT_CONCURRENCY", 100, 1..=10_000)?);
+            Duration::from_millis(settings.number("CONFLICT_BACKOFF_MS", 10, 0..=60_000)?);
+        config.account_concurrency =
+            narrow(settings.number("ACCOUNT_CONCURRENCY", 100, 1..=10_000)?);
         config.state_cache_capacity =
-            narrow(number("STATE_CACHE_CAPACITY", 10_000, 0..=10_000_000)?);
-        config.max_transaction_items = narrow(number(
+            narrow(settings.number("STATE_CACHE_CAPACITY", 10_000, 0..=10_000_000)?);
+        config.max_transaction_items = narrow(settings.number(
             "MAX_TRANSACTION_ITEMS",
             MAX_TRANSACTION_ITEMS as u64,
             1..=MAX_TRANSACTION_ITEMS as u64,
         )?);
         Ok(config)
     }
-}
-
-/// The rule of a number setting, for its error message.
-fn range_rule(range: &std::ops::RangeInclusive<u64>) -> String {
-    format!("a whole number in {}..={}", range.start(), range.end())
-}
-
-/// A value already checked against a range that fits the target type.
-fn narrow<T: TryFrom<u64> + Default>(value: u64) -> T {
-    T::try_from(value).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -423,24 +423,18 @@ impl Plan {
             Subject::Pending(i) => released && &pending[i].event.source == source,
             Subject::Released(_) => false,
         });
-        let (with_claim, touches) = match &member.judged {
-            Judged::Apply(applied) => {
-                let touches = applied.allocation.as_ref().map(|write| match write {
-                    AllocationWrite::Record(stored) => stored.payment.clone(),
-                    AllocationWrite::MarkReversed { payment, .. } => payment.clone(),
-                });
-                (
-                    1 + usize::from(touches.is_some()) + applied.outbox.len(),
-                    touches,
-                )
-            }
-            Judged::Stale | Judged::Park(_) => (1, None),
-            Judged::Reject(_) => (2, None),
-            Judged::Duplicate => (0, None),
+        let touches = match &member.judged {
+            Judged::Apply(applied) => applied.allocation.as_ref().map(|write| match write {
+                AllocationWrite::Record(stored) => stored.payment.clone(),
+                AllocationWrite::MarkReversed { payment, .. } => payment.clone(),
+            }),
+            _ => None,
         };
-        let cost = match (&member.judged, released, merge) {
-            (_, true, Some(_)) => with_claim.saturating_sub(1), // its claim is counted already
-            (Judged::Park(_), true, None) => 0,                 // its PARKED claim stays
+        // What the store will write for it (nothing for a duplicate, nor for a released fact
+        // that stays parked: its PARKED claim stays).
+        let with_claim = member.effect(pending).map_or(0, |effect| effect.items());
+        let cost = match (released, merge) {
+            (true, Some(_)) => with_claim.saturating_sub(1), // its claim is counted already
             _ => with_claim,
         };
         let repeated = merge.is_none() && self.facts.contains(source);

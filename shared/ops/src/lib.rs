@@ -8,7 +8,9 @@
 pub mod parked;
 pub mod quarantine;
 pub mod reconcile;
+pub mod reconciler;
 pub mod replay;
+pub mod report;
 
 use std::collections::HashMap;
 

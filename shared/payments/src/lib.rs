@@ -10,6 +10,7 @@
 //! Errors are `application/problem+json` (RFC 9457) naming the field and the rule.
 
 pub mod command;
+mod config;
 mod problem;
 
 use std::time::Duration;
@@ -23,7 +24,9 @@ use servicing_store::{CommandOutcome, OutboxEntry, ServicingStore, StoreError, S
 use sha2::{Digest, Sha256};
 
 pub use command::{FieldError, IdempotencyKey, PaymentCommand, Principal};
+pub use config::{CONSUMER, Config};
 pub use problem::Problem;
+pub use servicing_settings::ConfigError;
 
 /// The EventBridge `source` of API-originated payments (a rule routes them to the servicing queue).
 pub const EVENT_SOURCE: &str = "servicing.payments-api";

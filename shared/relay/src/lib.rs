@@ -21,6 +21,10 @@ use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use serde::Deserialize;
 use servicing_store::{QuarantineEntry, ServicingStore};
 
+mod config;
+pub use config::Config;
+pub use servicing_settings::ConfigError;
+
 /// EventBridge's limit for one entry and for one `PutEvents` request.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
 pub const MAX_ENTRIES_PER_REQUEST: usize = 10;
@@ -63,6 +67,11 @@ struct Publishable<'a> {
     size: usize,
     enqueue: Option<Enqueue>,
 }
+
+/// The first record of a batch that was not published, by its sequence number: the batch's
+/// checkpoint (Lambda retries from it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FailedAt(String);
 
 /// What to do with one stream record.
 enum Plan<'a> {
@@ -180,7 +189,7 @@ impl OutboxRelay {
                         return self.fail_from(
                             report,
                             records,
-                            position_sequence(records, position),
+                            FailedAt(position_sequence(records, position)),
                         );
                     }
                 }
@@ -258,12 +267,12 @@ impl OutboxRelay {
         }))
     }
 
-    /// Sends the chunk; on any failure returns the sequence number of the first failed record.
+    /// Sends the chunk; on any failure, the first record not published.
     async fn flush(
         &self,
         chunk: &mut Vec<Publishable<'_>>,
         report: &mut RelayReport,
-    ) -> Result<(), String> {
+    ) -> Result<(), FailedAt> {
         if chunk.is_empty() {
             return Ok(());
         }
@@ -278,7 +287,7 @@ impl OutboxRelay {
             Ok(output) => output,
             Err(e) => {
                 tracing::warn!(error = %aws_sdk_eventbridge::error::DisplayErrorContext(&e), "PutEvents failed");
-                return Err(sent[0].sequence_number.to_owned());
+                return Err(FailedAt(sent[0].sequence_number.to_owned()));
             }
         };
         let results = output.entries();
@@ -302,12 +311,12 @@ impl OutboxRelay {
             // What published before the failure still goes to the queue; then checkpoint.
             let queued = self.enqueue(&sent[..i]).await;
             report.published += queued as u64;
-            return Err(sent[queued].sequence_number.to_owned());
+            return Err(FailedAt(sent[queued].sequence_number.to_owned()));
         }
         let queued = self.enqueue(&sent).await;
         report.published += queued as u64;
         if queued < sent.len() {
-            return Err(sent[queued].sequence_number.to_owned());
+            return Err(FailedAt(sent[queued].sequence_number.to_owned()));
         }
         Ok(())
     }
@@ -409,7 +418,7 @@ impl OutboxRelay {
         &self,
         mut report: RelayReport,
         records: &[EventRecord],
-        sequence: String,
+        FailedAt(sequence): FailedAt,
     ) -> RelayReport {
         let position = records
             .iter()

@@ -20,7 +20,8 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, TransactWriteItem};
 use tokio::sync::oneshot;
 
-use crate::{StoreError, classify, classify_service, items};
+use crate::errors::classify_service;
+use crate::{StoreError, classify, items};
 
 /// DynamoDB's limit of items per `TransactWriteItems` (both local engines enforce it too).
 pub const MAX_TRANSACTION_ITEMS: usize = 100;

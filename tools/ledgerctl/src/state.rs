@@ -67,7 +67,7 @@ pub fn run(args: &StateArgs) -> ExitCode {
             aws_sdk_dynamodb::Client::new(&sdk),
             StoreConfig::new(&args.table, "ledgerctl"),
         );
-        store.account_report(&args.account).await
+        servicing_ops::report::account_report(&store, &args.account).await
     });
     let report = match report {
         Ok(Some(report)) => report,

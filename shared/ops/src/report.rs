@@ -1,0 +1,74 @@
+//! An account's state as operators and the contract's `*.expected.json` read it: the loan, its
+//! allocations and its delinquency changes (the outbox events). Scans: never on a hot path.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use servicing_domain::AccountId;
+use servicing_store::{ServicingStore, StoreError};
+
+/// The `detail` of an account's outbox events of one type, in business-time order. A scan:
+/// for operators and tests on small tables, never on a hot path.
+pub async fn outbox_details(
+    store: &ServicingStore,
+    account_id: &AccountId,
+    detail_type: &str,
+) -> Result<Vec<serde_json::Value>, StoreError> {
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let page = store
+            .client()
+            .scan()
+            .table_name(store.table())
+            .filter_expression("itemType = :outbox AND accountId = :account AND detailType = :type")
+            .expression_attribute_values(":outbox", AttributeValue::S("OUTBOX".into()))
+            .expression_attribute_values(":account", AttributeValue::S(account_id.as_str().into()))
+            .expression_attribute_values(":type", AttributeValue::S(detail_type.into()))
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(servicing_store::classify)?;
+        for item in page.items.unwrap_or_default() {
+            let detail = servicing_store::items::string(&item, "detail")
+                .and_then(|d| serde_json::from_str(d).ok())
+                .ok_or_else(|| StoreError::Corrupt("outbox item without a JSON detail".into()))?;
+            out.push(detail);
+        }
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            break;
+        }
+    }
+    out.sort_by(|a: &serde_json::Value, b| {
+        (a["occurredAt"].as_str(), a["eventId"].as_str())
+            .cmp(&(b["occurredAt"].as_str(), b["eventId"].as_str()))
+    });
+    Ok(out)
+}
+
+/// The account in the shape of the contract's `*.expected.json` (`None`: no such account).
+pub async fn account_report(
+    store: &ServicingStore,
+    account_id: &AccountId,
+) -> Result<Option<serde_json::Value>, StoreError> {
+    let Some(account) = store
+        .load(account_id, &[])
+        .await?
+        .loan
+        .and_then(|l| l.account)
+    else {
+        return Ok(None);
+    };
+    let allocations = store.allocations(account_id).await?;
+    let changes = outbox_details(
+        store,
+        account_id,
+        servicing_domain::outbox::detail_types::DELINQUENCY_CHANGED,
+    )
+    .await?;
+    Ok(Some(servicing_domain::report::account_report(
+        &account,
+        &allocations,
+        &changes,
+    )))
+}

@@ -1,0 +1,74 @@
+//! The payments API's settings, read once at its cold start.
+
+use std::time::Duration;
+
+use servicing_settings::{ConfigError, Settings};
+use servicing_store::StoreConfig;
+
+/// The store's consumer name: it scopes nothing the API writes (its records are keyed by the
+/// caller), but names the API in quarantine and logs.
+pub const CONSUMER: &str = "payments-api";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The DynamoDB table (`TABLE_NAME`, required).
+    pub table: String,
+    /// How long an `Idempotency-Key` replays its response (`IDEMPOTENCY_RETENTION_DAYS`,
+    /// 1..=3650, default 35); after it the key is refused, never reused.
+    pub idempotency_retention: Duration,
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let settings = Settings::new(get);
+        Ok(Self {
+            table: settings.required("TABLE_NAME")?,
+            idempotency_retention: settings.days("IDEMPOTENCY_RETENTION_DAYS", 35, 1..=3650)?,
+        })
+    }
+
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig {
+            claim_retention: self.idempotency_retention,
+            ..StoreConfig::new(&self.table, CONSUMER)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_retention_is_out_of_range_should_refuse_to_start() {
+        let err = Config::from_lookup(|k| match k {
+            "TABLE_NAME" => Some("t".into()),
+            "IDEMPOTENCY_RETENTION_DAYS" => Some("0".into()),
+            _ => None,
+        })
+        .expect_err("0 days");
+        assert!(
+            err.to_string()
+                .starts_with("IDEMPOTENCY_RETENTION_DAYS must be"),
+            "{err}"
+        );
+        assert_eq!(
+            Config::from_lookup(|_| None),
+            Err(ConfigError::Missing("TABLE_NAME"))
+        );
+    }
+
+    #[test]
+    fn when_only_the_table_is_set_should_keep_keys_35_days() {
+        let config =
+            Config::from_lookup(|k| (k == "TABLE_NAME").then(|| "t".into())).expect("valid");
+        assert_eq!(
+            config.store_config().claim_retention,
+            servicing_store::DEFAULT_CLAIM_RETENTION
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! The API's idempotent command: the caller-scoped record and its outbox entry in one transaction.
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+use servicing_domain::{AccountId, Currency, Fingerprint};
+
+use crate::conditions::CREATE_ONLY;
+use crate::errors::{classify_service, invalid_request, refuses_the_request};
+use crate::items::{self, Item, n, s};
+use crate::{OutboxEntry, ServicingStore, StoreError, now_epoch};
+
+/// A stored API response, replayed for a repeated idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub request_fingerprint: Fingerprint,
+    pub status: u16,
+    pub body: String,
+}
+
+/// How an idempotent API command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandOutcome {
+    /// Recorded with its response and outbox event, in one transaction.
+    Accepted,
+    /// The key was used before (by this caller): here is what was stored.
+    Existing(StoredResponse),
+    /// The key was used before, longer ago than the retention: its record is kept (a
+    /// tombstone) so the key can never start a second payment, but it no longer replays.
+    Expired,
+    /// The account does not exist (nothing stored).
+    AccountMissing,
+    /// The account is kept in another currency (nothing stored).
+    CurrencyMismatch { account_currency: String },
+    /// Another request with the same key is being committed right now (`TransactionConflict`).
+    InFlight,
+}
+
+impl ServicingStore {
+    /// Records an API command: the caller-scoped idempotency record (request fingerprint,
+    /// response status and body, expiry) and the outbox entry, in ONE `TransactWriteItems`,
+    /// conditioned on the account existing in `currency` — one round trip, no read first. A
+    /// repeated key returns the stored record instead.
+    #[tracing::instrument(skip_all)]
+    pub async fn record_command(
+        &self,
+        principal_scope: &str,
+        key: &str,
+        account_id: &AccountId,
+        currency: &Currency,
+        response: &StoredResponse,
+        outbox: &OutboxEntry,
+    ) -> Result<CommandOutcome, StoreError> {
+        if let Some(injected) = self.faults.next().before_commit() {
+            // The seam speaks in commit outcomes; a contended commit is an in-flight twin here.
+            return injected.map(|_| CommandOutcome::InFlight);
+        }
+        let (now, _) = now_epoch();
+        let replay_until = now + self.config.claim_retention.as_secs() as i64;
+        let mut record = items::key_item(items::idempotency_key(principal_scope, key));
+        record.insert(items::ITEM_TYPE.into(), s("IDEMPOTENCY"));
+        record.insert("principalScope".into(), s(principal_scope));
+        record.insert("idempotencyKey".into(), s(key));
+        record.insert(
+            items::FINGERPRINT.into(),
+            s(response.request_fingerprint.as_str()),
+        );
+        record.insert("responseStatus".into(), n(response.status));
+        record.insert("responseBody".into(), s(&response.body));
+        record.insert("createdAt".into(), n(now));
+        // No `expiresAt`: TTL never deletes the record, so a key reused after the retention
+        // meets it (a tombstone) instead of creating a payment whose outbox event id — derived
+        // from the key — already exists downstream. It replays until `replayUntil`.
+        record.insert(items::REPLAY_UNTIL.into(), n(replay_until));
+        let account_in_currency = ConditionCheck::builder()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::loan_key(account_id))))
+            .condition_expression("attribute_exists(pk) AND #currency = :currency")
+            .expression_attribute_names("#currency", items::CURRENCY)
+            .expression_attribute_values(":currency", s(currency.as_str()))
+            // Tells a missing account (no item) from one in another currency.
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(invalid_request)?;
+        let outbox_item = items::raw_outbox_item(outbox, now, replay_until);
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(self.tombstoned_put(record)?)
+            .transact_items(
+                TransactWriteItem::builder()
+                    .condition_check(account_in_currency)
+                    .build(),
+            )
+            .transact_items(self.put(outbox_item, Some(CREATE_ONLY))?)
+            .send()
+            .await;
+        let cancelled = match result {
+            Ok(_) => return Ok(CommandOutcome::Accepted),
+            Err(e) => match e.into_service_error() {
+                TransactWriteItemsError::TransactionCanceledException(c) => c,
+                other => return Err(classify_service(other)),
+            },
+        };
+        let reasons = cancelled.cancellation_reasons();
+        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        if code(0) == "ConditionalCheckFailed" {
+            let item = reasons[0].item().ok_or_else(|| {
+                StoreError::Corrupt("refused idempotency record came back empty".into())
+            })?;
+            // Records written before the tombstone rule carry `expiresAt` instead.
+            let until = items::number(item, items::REPLAY_UNTIL)
+                .or_else(|_| items::number(item, items::EXPIRES_AT))
+                .map_err(|_| {
+                    StoreError::Corrupt("idempotency record without its retention".into())
+                })?;
+            if (until as i64) < now {
+                return Ok(CommandOutcome::Expired);
+            }
+            let stored = StoredResponse {
+                request_fingerprint: Fingerprint::from_stored(
+                    items::string(item, items::FINGERPRINT)
+                        .unwrap_or_default()
+                        .to_owned(),
+                ),
+                status: u16::try_from(items::number(item, "responseStatus")?)
+                    .map_err(|_| StoreError::Corrupt("stored status out of range".into()))?,
+                body: items::string(item, "responseBody")
+                    .unwrap_or_default()
+                    .to_owned(),
+            };
+            return Ok(CommandOutcome::Existing(stored));
+        }
+        if code(1) == "ConditionalCheckFailed" {
+            // No item, or only the facts parked before its opening (no currency): missing.
+            let currency = reasons[1]
+                .item()
+                .and_then(|account| items::string(account, items::CURRENCY));
+            return Ok(match currency {
+                None => CommandOutcome::AccountMissing,
+                Some(currency) => CommandOutcome::CurrencyMismatch {
+                    account_currency: currency.to_owned(),
+                },
+            });
+        }
+        let codes: Vec<&str> = (0..reasons.len()).map(code).collect();
+        if codes.contains(&"TransactionConflict") {
+            return Ok(CommandOutcome::InFlight);
+        }
+        if codes.iter().any(|c| refuses_the_request(c)) {
+            return Err(StoreError::Rejected(format!(
+                "transaction cancelled: {codes:?}"
+            )));
+        }
+        Err(StoreError::Transient(format!(
+            "transaction cancelled: {codes:?}"
+        )))
+    }
+}
+
+impl ServicingStore {
+    /// A put of a record that is never replaced once written (an API idempotency record), the
+    /// stored one returned on refusal (`ALL_OLD`).
+    fn tombstoned_put(&self, item: Item) -> Result<TransactWriteItem, StoreError> {
+        let put = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(invalid_request)?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+}

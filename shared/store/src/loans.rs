@@ -1,0 +1,224 @@
+//! Reads of an account's partition: the loan item with what its reversals refer to, and the
+//! stored allocations.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::KeysAndAttributes;
+use servicing_domain::{
+    AccountId, LoanAccount, ParkedFacts, ReversalTarget, SourceRef, StoredAllocation,
+};
+
+use crate::errors::{classify, invalid_request};
+use crate::items::{self, Item, s};
+use crate::{RecentFacts, ServicingStore, StoreError};
+
+/// DynamoDB's limit of keys per `BatchGetItem`.
+const BATCH_GET_MAX_KEYS: usize = 100;
+
+/// The loan item: the account (`None` while only facts parked before its opening are held),
+/// the version the item carries (optimistic concurrency: +1 per fact that changes it), the
+/// facts recently applied to it and the facts parked on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoanItem {
+    pub account_id: AccountId,
+    pub account: Option<LoanAccount>,
+    pub version: u64,
+    pub recent: RecentFacts,
+    pub parked: ParkedFacts,
+}
+
+/// What is known of a reversal's payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Applied on this account: its stored allocation.
+    Applied(StoredAllocation),
+    /// Claimed as applied on another account.
+    Elsewhere(AccountId),
+    /// Not applied (no allocation here, no applied claim anywhere).
+    NotApplied,
+}
+
+/// What consistent reads of an account return: its loan item and what is known of the payments
+/// its reversals refer to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub loan: Option<LoanItem>,
+    pub targets: HashMap<SourceRef, Target>,
+}
+
+impl Snapshot {
+    pub fn account(&self) -> Option<&LoanAccount> {
+        self.loan.as_ref().and_then(|l| l.account.as_ref())
+    }
+
+    /// What a reversal of `payment` finds: `None` when the payment was never read.
+    pub fn reversal_target(&self, payment: &SourceRef) -> Option<Option<ReversalTarget<'_>>> {
+        Some(match self.targets.get(payment)? {
+            Target::Applied(allocation) => Some(ReversalTarget::Applied(allocation)),
+            Target::Elsewhere(account) => Some(ReversalTarget::AppliedElsewhere(account)),
+            Target::NotApplied => None,
+        })
+    }
+}
+
+impl ServicingStore {
+    /// One consistent read of the account's loan item and, in the same request, what is known
+    /// of `payments` (the payments its reversals refer to): the allocation in this account's
+    /// partition, or else the payment's claim, which names the account it was applied on.
+    #[tracing::instrument(skip_all, fields(account = %account_id))]
+    pub async fn load(
+        &self,
+        account_id: &AccountId,
+        payments: &[&SourceRef],
+    ) -> Result<Snapshot, StoreError> {
+        let mut snapshot = Snapshot::default();
+        if payments.is_empty() {
+            let got = self
+                .client
+                .get_item()
+                .table_name(&self.config.table)
+                .set_key(Some(items::key_item(items::loan_key(account_id))))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(classify)?;
+            snapshot.loan = got.item.map(items::loan_from_item).transpose()?;
+            return Ok(snapshot);
+        }
+        let loan = items::loan_key(account_id);
+        snapshot.loan = self
+            .read_targets(account_id, payments, Some(loan), &mut snapshot.targets)
+            .await?
+            .map(items::loan_from_item)
+            .transpose()?;
+        Ok(snapshot)
+    }
+
+    /// Reads what is known of `payments` into `snapshot` (a reversal's payment that was not
+    /// read with the account: e.g. a parked reversal released later in the batch).
+    pub async fn load_targets(
+        &self,
+        account_id: &AccountId,
+        payments: &[&SourceRef],
+        snapshot: &mut Snapshot,
+    ) -> Result<(), StoreError> {
+        self.read_targets(account_id, payments, None, &mut snapshot.targets)
+            .await
+            .map(|_| ())
+    }
+
+    /// `BatchGetItem` of `loan` (returned) and, per payment, its allocation here and its claim;
+    /// each payment's target goes into `targets`.
+    async fn read_targets(
+        &self,
+        account_id: &AccountId,
+        payments: &[&SourceRef],
+        loan: Option<(String, String)>,
+        targets: &mut HashMap<SourceRef, Target>,
+    ) -> Result<Option<Item>, StoreError> {
+        // A batch may refer to one payment several times (a reversal and a chargeback): each
+        // key once, or DynamoDB refuses the request.
+        let unique: std::collections::BTreeSet<&SourceRef> = payments.iter().copied().collect();
+        let mut keys: Vec<(String, String)> = loan.iter().cloned().collect();
+        for payment in &unique {
+            keys.push(items::allocation_key(account_id, payment));
+            keys.push(items::claim_key(&self.config.consumer, payment));
+        }
+        let mut found: HashMap<(String, String), Item> = HashMap::new();
+        for chunk in keys.chunks(BATCH_GET_MAX_KEYS) {
+            found.extend(self.batch_get(chunk).await?);
+        }
+        for payment in unique {
+            let allocation = found.remove(&items::allocation_key(account_id, payment));
+            let claim = found.remove(&items::claim_key(&self.config.consumer, payment));
+            let target = match (allocation, claim) {
+                (Some(item), _) => Target::Applied(items::allocation_from_item(item)?),
+                (None, Some(claim)) => match items::applied_elsewhere(&claim, account_id) {
+                    Some(other) => Target::Elsewhere(other),
+                    None => Target::NotApplied,
+                },
+                (None, None) => Target::NotApplied,
+            };
+            targets.insert(payment.clone(), target);
+        }
+        Ok(loan.and_then(|key| found.remove(&key)))
+    }
+
+    /// One `BatchGetItem` (consistent), asked again for what DynamoDB leaves unprocessed.
+    async fn batch_get(
+        &self,
+        keys: &[(String, String)],
+    ) -> Result<HashMap<(String, String), Item>, StoreError> {
+        let mut request = KeysAndAttributes::builder()
+            .set_keys(Some(keys.iter().cloned().map(items::key_item).collect()))
+            .consistent_read(true)
+            .build()
+            .map_err(invalid_request)?;
+        let mut found = HashMap::new();
+        for _ in 0..5 {
+            let got = self
+                .client
+                .batch_get_item()
+                .request_items(&self.config.table, request)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in got
+                .responses
+                .and_then(|mut r| r.remove(&self.config.table))
+                .unwrap_or_default()
+            {
+                let key = (
+                    items::string(&item, items::PK)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    items::string(&item, items::SK)
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+                found.insert(key, item);
+            }
+            match got
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(&self.config.table))
+            {
+                Some(rest) if !rest.keys.is_empty() => request = rest,
+                _ => return Ok(found),
+            }
+        }
+        Err(StoreError::Transient(
+            "BatchGetItem kept returning unprocessed keys".into(),
+        ))
+    }
+
+    /// Every stored allocation of an account (its partition, `ALLOC#` items).
+    pub async fn allocations(
+        &self,
+        account_id: &AccountId,
+    ) -> Result<Vec<StoredAllocation>, StoreError> {
+        let (pk, _) = items::loan_key(account_id);
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.config.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":pk", s(pk.clone()))
+                .expression_attribute_values(":prefix", s("ALLOC#"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in page.items.unwrap_or_default() {
+                out.push(items::allocation_from_item(item)?);
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+}

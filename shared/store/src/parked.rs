@@ -1,0 +1,149 @@
+//! Parked facts the reconciler takes off their account (expired, or reversing another account's
+//! payment).
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{Delete, TransactWriteItem};
+use servicing_domain::{AccountId, SourceRef};
+
+use crate::conditions::version_condition;
+use crate::errors::{classify, classify_service, invalid_request};
+use crate::items::{self, Verdict, s};
+use crate::{LoanItem, QuarantineEntry, ServicingStore, StoreError, now_epoch};
+
+/// A parked fact to take off its account, with the quarantine code and reason.
+#[derive(Debug, Clone)]
+pub struct ExpiredFact<'a> {
+    pub fact: &'a servicing_domain::ParkedFact,
+    pub code: &'a str,
+    pub reason: String,
+}
+
+impl ServicingStore {
+    /// Takes parked facts off an account for good (the reconciler: waited past the park
+    /// retention, or a reversal whose payment was applied on another account), in ONE
+    /// transaction per loan item: the loan item without them (deleted when it only held them),
+    /// their `PARKED` claims deleted — so a resend can still apply — and a quarantine item each
+    /// with its raw body. `Ok(false)` when the loan item moved meanwhile (read it again).
+    pub async fn expire_parked(
+        &self,
+        loan: &LoanItem,
+        expired: &[ExpiredFact<'_>],
+    ) -> Result<bool, StoreError> {
+        let (_, now_millis) = now_epoch();
+        let mut next = loan.clone();
+        for fact in expired {
+            next.parked.remove(&fact.fact.source);
+        }
+        next.version += 1;
+        let expected = version_condition(Some(loan.version));
+        let loan_write = if next.account.is_none() && next.parked.is_empty() {
+            let (condition, names, values) = expected;
+            let delete = Delete::builder()
+                .table_name(&self.config.table)
+                .set_key(Some(items::key_item(items::loan_key(&loan.account_id))))
+                .condition_expression(condition)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .build()
+                .map_err(invalid_request)?;
+            TransactWriteItem::builder().delete(delete).build()
+        } else {
+            self.put(items::loan_item(&next)?, Some(expected))?
+        };
+        let mut request = self
+            .client
+            .transact_write_items()
+            .transact_items(loan_write);
+        for expired in expired {
+            let fact = expired.fact;
+            let claim = Delete::builder()
+                .table_name(&self.config.table)
+                .set_key(Some(items::key_item(items::claim_key(
+                    &self.config.consumer,
+                    &fact.source,
+                ))))
+                .condition_expression("attribute_not_exists(pk) OR #verdict = :parked")
+                .expression_attribute_names("#verdict", items::VERDICT)
+                .expression_attribute_values(":parked", s(Verdict::Parked.as_str()))
+                .build()
+                .map_err(invalid_request)?;
+            let entry = QuarantineEntry {
+                source: Some(&fact.source),
+                account_id: Some(&loan.account_id),
+                received_fingerprint: Some(&fact.fingerprint),
+                ..QuarantineEntry::new(&fact.message_id, &fact.body, expired.code, &expired.reason)
+            };
+            request = request
+                .transact_items(TransactWriteItem::builder().delete(claim).build())
+                .transact_items(self.put(self.quarantine_item(&entry, now_millis), None)?);
+        }
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => match e.into_service_error() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    let codes: Vec<&str> = c
+                        .cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code().unwrap_or("None"))
+                        .collect();
+                    if codes.iter().all(|c| {
+                        matches!(
+                            *c,
+                            "None" | "ConditionalCheckFailed" | "TransactionConflict"
+                        )
+                    }) {
+                        Ok(false)
+                    } else {
+                        Err(StoreError::Transient(format!(
+                            "transaction cancelled: {codes:?}"
+                        )))
+                    }
+                }
+                other => Err(classify_service(other)),
+            },
+        }
+    }
+
+    /// Every loan item that holds parked facts (a scan: for operators and the daily job).
+    pub async fn parked_loans(&self) -> Result<Vec<LoanItem>, StoreError> {
+        let found = self
+            .client
+            .scan()
+            .table_name(&self.config.table)
+            .filter_expression("itemType = :loan AND attribute_exists(#parked)")
+            .expression_attribute_names("#parked", items::PARKED_FACTS)
+            .expression_attribute_values(":loan", s("LOAN"))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(classify)?;
+        found.into_iter().map(items::loan_from_item).collect()
+    }
+
+    /// The claim `consumer`'s store holds for `source` says it was applied on another account
+    /// than `account`: that account.
+    pub async fn applied_elsewhere(
+        &self,
+        source: &SourceRef,
+        account: &AccountId,
+    ) -> Result<Option<AccountId>, StoreError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::claim_key(
+                &self.config.consumer,
+                source,
+            ))))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(got
+            .item
+            .and_then(|claim| items::applied_elsewhere(&claim, account)))
+    }
+}
