@@ -236,7 +236,7 @@ async fn run_ours(
     let mut config = servicing.config();
     config.account_concurrency = a.concurrency;
     config.max_transaction_items = a.transaction_items;
-    let handler = servicing.handler_with(config, servicing_store::FaultPlan::default());
+    let handler = servicing.handler_with(config);
     let mut latencies = Vec::new();
     let mut results = Vec::new();
     servicing.requests.reset();

@@ -96,7 +96,7 @@ async fn main() {
         .unwrap_or(200_000);
     let client = Engine::DynamoDbLocal.dynamodb().await;
     let table = create_table(&client, false).await;
-    let now = servicing_ops::now_epoch_secs();
+    let now = servicing_ops::epoch_seconds();
 
     let started = Instant::now();
     let batches: Vec<Vec<usize>> = (0..items)

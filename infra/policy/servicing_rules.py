@@ -108,6 +108,15 @@ def is_no_value(v):
     return isinstance(v, dict) and v.get("Ref") == "AWS::NoValue"
 
 
+def off_by_default(cfn, value):
+    """`value` is `!If [condition, x, !Ref AWS::NoValue]` with the condition false by default."""
+    return (
+        isinstance(value, dict) and "Fn::If" in value
+        and is_no_value(value["Fn::If"][2])
+        and evaluate_condition(cfn, value["Fn::If"][0]) is False
+    )
+
+
 def functions(cfn):
     yield from resources(cfn, "AWS::Serverless::Function")
 
@@ -286,12 +295,7 @@ class NoReservationByDefault(ServicingRule):
             reserved = props(fn).get("ReservedConcurrentExecutions")
             if reserved is None:
                 continue
-            ok = (
-                isinstance(reserved, dict) and "Fn::If" in reserved
-                and is_no_value(reserved["Fn::If"][2])
-                and evaluate_condition(cfn, reserved["Fn::If"][0]) is False
-            )
-            if not ok:
+            if not off_by_default(cfn, reserved):
                 out.append(self.problem(
                     ["Resources", name, "Properties", "ReservedConcurrentExecutions"],
                     f"{name} reserves concurrency with the default parameters",
@@ -487,9 +491,8 @@ class FunctionsHoldOnlyWhatTheirCodeCalls(ServicingRule):
             if role is None:
                 out.append(self.problem(["Resources", name, "Properties"],
                                         f"{name} has no explicit Role: SAM's generated role attaches AWS managed policies on \"*\""))
-            elif props(role).get("ManagedPolicyArns") is not None and not (
-                isinstance(props(role)["ManagedPolicyArns"], dict) and "Fn::If" in props(role)["ManagedPolicyArns"]
-                and evaluate_condition(cfn, props(role)["ManagedPolicyArns"]["Fn::If"][0]) is False
+            elif props(role).get("ManagedPolicyArns") is not None and not off_by_default(
+                cfn, props(role)["ManagedPolicyArns"]
             ):
                 out.append(self.problem(["Resources", logical_id(props(fn).get("Role"))],
                                         f"{name}'s role attaches managed policies with the default parameters"))

@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 
 use futures_util::StreamExt;
 use futures_util::future::join_all;
+use integration_tests::faults::{Fault, FaultPlan};
 use integration_tests::servicing::{Servicing, assert_state_matches, attr_s, fixture, sqs_message};
 use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
 use servicing_consumer::{BatchCounts, MessageResult};
-use servicing_store::{Fault, FaultPlan, RECENT_FACTS_MAX};
+use servicing_store::RECENT_FACTS_MAX;
 
 on_both_engines!(
     when_the_basic_sample_is_delivered_should_reach_the_expected_state,
@@ -785,7 +786,7 @@ async fn when_the_commit_fails_before_it_is_sent_should_write_nothing_and_apply_
     let account = "acc_crash_before";
     opened(&servicing, account, 100_000).await;
     let faults = FaultPlan::default();
-    let handler = servicing.handler_with(servicing.config(), faults.clone());
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
     let body = payment(account, "pmt-crash-1", 7_000);
 
     faults.push(Fault::Throttle);
@@ -822,7 +823,7 @@ async fn when_the_response_is_lost_after_the_commit_should_count_the_redelivery_
     let account = "acc_crash_after";
     opened(&servicing, account, 100_000).await;
     let faults = FaultPlan::default();
-    let handler = servicing.handler_with(servicing.config(), faults.clone());
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
     let body = payment(account, "pmt-crash-2", 7_000);
 
     faults.push(Fault::LoseResponse);
@@ -857,7 +858,7 @@ async fn when_dynamodb_reports_a_transaction_conflict_should_retry_in_place(engi
     let account = "acc_conflict";
     opened(&servicing, account, 100_000).await;
     let faults = FaultPlan::default();
-    let handler = servicing.handler_with(servicing.config(), faults.clone());
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
     faults.push(Fault::TransactionConflict);
     faults.push(Fault::TransactionConflict);
     let report = handler
@@ -869,7 +870,7 @@ async fn when_dynamodb_reports_a_transaction_conflict_should_retry_in_place(engi
     // Conflicts beyond the attempt budget become a batch item failure, not a loop.
     let mut config = servicing.config();
     config.max_commit_attempts = 3;
-    let handler = servicing.handler_with(config, faults.clone());
+    let handler = servicing.faulty_handler(config, &faults);
     for _ in 0..3 {
         faults.push(Fault::TransactionConflict);
     }
@@ -1035,7 +1036,7 @@ async fn when_counting_requests_should_cost_one_read_per_account_and_one_transac
     // MAX_TRANSACTION_ITEMS=1 commits every event on its own: one transaction per event.
     let mut config = servicing.config();
     config.max_transaction_items = 1;
-    let one_by_one = servicing.handler_with(config, FaultPlan::default());
+    let one_by_one = servicing.handler_with(config);
     let more: Vec<String> = (10..14)
         .map(|i| payment("acc_cost_0", &format!("cost-{i}"), 100))
         .collect();
@@ -1146,7 +1147,7 @@ async fn when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_th
     // outbox) and the loan fit once per transaction.
     let mut config = servicing.config();
     config.max_transaction_items = 5;
-    let small = servicing.handler_with(config, FaultPlan::default());
+    let small = servicing.handler_with(config);
     let more: Vec<String> = (4..8)
         .map(|i| payment("acc_cut", &format!("cut-{i}"), 100))
         .collect();
@@ -1161,9 +1162,9 @@ async fn when_processing_an_account_panics_should_fail_only_that_accounts_messag
     let servicing = Servicing::new(engine).await;
     let faults = FaultPlan::default();
     let mut config = servicing.config();
-    // One account at a time, in batch order: the panic hits the first account's commit.
+    // One account at a time, in batch order: the panic hits the first account's read.
     config.account_concurrency = 1;
-    let handler = servicing.handler_with(config, faults.clone());
+    let handler = servicing.faulty_handler(config, &faults);
     let bodies = vec![
         open_account("acc_panic_a", 100_000),
         payment("acc_panic_a", "panic-a-1", 1_000),
@@ -1283,7 +1284,7 @@ fn fact_of(message_id: &str) -> String {
 async fn when_dynamodb_refuses_a_group_request_should_commit_its_events_one_by_one(engine: Engine) {
     let servicing = Servicing::new(engine).await;
     let faults = FaultPlan::default();
-    let handler = servicing.handler_with(servicing.config(), faults.clone());
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
     let requests = &servicing.requests;
     let bodies = vec![
         open_account("acc_refused", 100_000),
@@ -1302,8 +1303,8 @@ async fn when_dynamodb_refuses_a_group_request_should_commit_its_events_one_by_o
     assert_eq!(faults.pending(), 0);
     assert_eq!(
         requests.get("TransactWriteItems"),
-        3,
-        "one per event after the refusal"
+        4,
+        "the refused request, then one per event"
     );
     assert_eq!(principal(&servicing, "acc_refused").await, (97_000, 3));
     assert!(servicing.quarantine().await.is_empty());

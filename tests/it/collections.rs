@@ -8,10 +8,11 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use collections_handler::{ActionOutcome, CONSUMER, CollectionsHandler, MessageResult, Notifier};
 use integration_tests::Engine;
+use integration_tests::faults::{Fault, FaultPlan};
 use integration_tests::http_server::{LocalServer, respond, serve};
 use integration_tests::servicing::{Servicing, attr_s, sqs_message};
 use serde_json::{Value, json};
-use servicing_store::{ActionStatus, Fault, FaultPlan};
+use servicing_store::ActionStatus;
 
 on_both_engines!(
     when_delinquency_is_delivered_5_times_should_notify_once,
@@ -86,9 +87,12 @@ async fn delinquency_envelopes(servicing: &Servicing) -> Vec<Value> {
 fn collections(
     servicing: &Servicing,
     receiver: &LocalServer,
-    faults: FaultPlan,
+    faults: Option<&FaultPlan>,
 ) -> CollectionsHandler {
-    let store = servicing.store(CONSUMER).with_faults(faults);
+    let store = match faults {
+        Some(faults) => servicing.faulty_store(CONSUMER, faults),
+        None => servicing.store(CONSUMER),
+    };
     CollectionsHandler::new(
         store,
         Notifier::new(&receiver.url(), Duration::from_secs(2)).expect("notifier"),
@@ -148,7 +152,7 @@ async fn when_delinquency_is_delivered_5_times_should_notify_once(engine: Engine
     assert_eq!(envelopes.len(), 3, "into 1-29, into 30-59, cure");
     let receiver = Receiver::default();
     let server = receiver.start().await;
-    let handler = collections(&servicing, &server, FaultPlan::default());
+    let handler = collections(&servicing, &server, None);
 
     for round in 0..5 {
         for (i, envelope) in envelopes.iter().enumerate() {
@@ -199,7 +203,7 @@ async fn when_stopped_between_intent_and_call_should_execute_the_pending_intent_
     let receiver = Receiver::default();
     let server = receiver.start().await;
     let faults = FaultPlan::default();
-    let handler = collections(&servicing, &server, faults.clone());
+    let handler = collections(&servicing, &server, Some(&faults));
 
     // The commit of claim + intent happens, then the function "dies" before the call.
     faults.push(Fault::LoseResponse);
@@ -213,7 +217,7 @@ async fn when_stopped_between_intent_and_call_should_execute_the_pending_intent_
     assert_eq!(action_status(&servicing, &action_id).await.0, "PENDING");
 
     // Replays (another instance too): the first finds the intent pending and executes it.
-    let other = collections(&servicing, &server, FaultPlan::default());
+    let other = collections(&servicing, &server, None);
     assert_eq!(
         deliver(&other, "m1", envelope).await,
         MessageResult::Duplicate { action: SENT_NOW }
@@ -240,7 +244,7 @@ async fn when_the_receiver_fails_transiently_should_retry_with_the_same_action_i
     let receiver = Receiver::default();
     receiver.plan.lock().expect("plan").extend([503, 429]);
     let server = receiver.start().await;
-    let handler = collections(&servicing, &server, FaultPlan::default());
+    let handler = collections(&servicing, &server, None);
 
     assert!(
         matches!(deliver(&handler, "m1", envelope).await, MessageResult::Retry { reason } if reason.contains("HTTP 503"))
@@ -280,7 +284,7 @@ async fn when_the_endpoint_is_moved_or_unauthorised_should_retry_not_drop_the_no
         .expect("plan")
         .extend([301, 401, 403, 404]);
     let server = receiver.start().await;
-    let handler = collections(&servicing, &server, FaultPlan::default());
+    let handler = collections(&servicing, &server, None);
     for status in ["HTTP 301", "HTTP 401", "HTTP 403", "HTTP 404"] {
         assert!(
             matches!(deliver(&handler, "m1", envelope).await, MessageResult::Retry { reason } if reason.contains(status)),
@@ -312,7 +316,7 @@ async fn when_a_twin_delivery_holds_the_lease_should_not_call_at_once_nor_overwr
     let receiver = Receiver::default();
     receiver.plan.lock().expect("plan").push_back(503);
     let server = receiver.start().await;
-    let handler = collections(&servicing, &server, FaultPlan::default());
+    let handler = collections(&servicing, &server, None);
     // The intent is recorded and the first call fails: PENDING.
     assert!(matches!(
         deliver(&handler, "m1", envelope).await,
@@ -400,7 +404,7 @@ async fn when_the_receiver_rejects_definitively_should_record_it_and_not_retry(e
     let receiver = Receiver::default();
     receiver.plan.lock().expect("plan").push_back(422);
     let server = receiver.start().await;
-    let handler = collections(&servicing, &server, FaultPlan::default());
+    let handler = collections(&servicing, &server, None);
 
     let rejected_now = Some(ActionOutcome {
         status: ActionStatus::Rejected,
@@ -434,7 +438,7 @@ async fn when_the_envelope_is_bad_or_collides_should_quarantine(engine: Engine) 
     let envelopes = delinquency_envelopes(&servicing).await;
     let receiver = Receiver::default();
     let server = receiver.start().await;
-    let handler = collections(&servicing, &server, FaultPlan::default());
+    let handler = collections(&servicing, &server, None);
 
     let mut no_id = entering_30(&envelopes).clone();
     no_id["detail"]

@@ -204,7 +204,7 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         MessageResult::Parked
     );
     let week = std::time::Duration::from_secs(7 * 86_400);
-    let later = servicing_ops::now_epoch_secs() + 8 * 86_400;
+    let later = servicing_ops::epoch_seconds() + 8 * 86_400;
     let expiry = servicing_ops::parked::expire(&servicing.store("account-state"), later, week)
         .await
         .expect("expire");
@@ -221,7 +221,7 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         MessageResult::Collision
     );
     // The daily (window) reconciliation counts it, although its identity has the first claim.
-    let now = servicing_ops::now_epoch_secs();
+    let now = servicing_ops::epoch_seconds();
     let daily = servicing_ops::reconcile::reconcile(
         &servicing.client,
         &servicing.table,

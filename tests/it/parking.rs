@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, BatchCounts, MessageResult};
 use std::collections::BTreeMap;
 
+use integration_tests::faults::{Fault, FaultPlan};
 use servicing_domain::{Ledger, ServicingEvent};
-use servicing_store::{Fault, FaultPlan};
 
 on_both_engines!(
     when_dependent_facts_arrive_early_in_any_batch_cut_should_reach_the_in_order_ledger_state,
@@ -279,7 +279,7 @@ async fn when_dependent_facts_arrive_early_in_any_batch_cut_should_reach_the_in_
             }
             let bodies = deliveries(&mut rng, early, fifo);
             let faults = FaultPlan::default();
-            let handler = servicing.handler_with(servicing.config(), faults.clone());
+            let handler = servicing.faulty_handler(servicing.config(), &faults);
             let counts =
                 deliver_all(&handler, &faults, &mut rng, &bodies, &format!("c{seed}")).await;
             let context = format!(
@@ -585,7 +585,7 @@ async fn when_a_fact_stays_parked_past_the_retention_should_be_quarantined_and_r
     process(&handler, &[("px", pay(other, "pay-x", 5, 500))]).await;
 
     let store = servicing.store("account-state");
-    let now = servicing_ops::now_epoch_secs();
+    let now = servicing_ops::epoch_seconds();
     let week = Duration::from_secs(7 * 86_400);
     let kept = servicing_ops::parked::expire(&store, now, week)
         .await
@@ -651,7 +651,7 @@ async fn when_the_response_is_lost_after_parking_or_releasing_should_apply_each_
 ) {
     let servicing = Servicing::new(engine).await;
     let faults = FaultPlan::default();
-    let handler = servicing.handler_with(servicing.config(), faults.clone());
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
     let a = "acc_crash_park";
     let reversal = ("r", reverse(a, "rev-1", "pay-1", 4, 800));
     process(&handler, &[("o", open(a))]).await;
@@ -685,7 +685,7 @@ async fn when_a_payment_is_redelivered_after_its_claim_expired_should_be_a_dupli
     let servicing = Servicing::new(engine).await;
     let mut config = servicing.config();
     config.claim_retention = Duration::from_secs(1);
-    let handler = servicing.handler_with(config, FaultPlan::default());
+    let handler = servicing.handler_with(config);
     let a = "acc_expired_claim";
     process(
         &handler,

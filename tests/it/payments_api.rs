@@ -8,12 +8,12 @@ use std::sync::Mutex;
 use futures_util::future::join_all;
 use integration_tests::Engine;
 use integration_tests::api_gateway::event;
+use integration_tests::faults::{Fault, FaultPlan};
 use integration_tests::servicing::{Servicing, attr_s, sqs_message};
 use lambda_http::{Body, Response};
 use payments_api_handler::PaymentsApi;
 use serde_json::{Value, json};
 use servicing_domain::ServicingEvent;
-use servicing_store::{Fault, FaultPlan};
 
 on_both_engines!(
     when_every_documented_status_is_exercised_should_match_the_openapi_document,
@@ -68,9 +68,11 @@ async fn api_outbox(
         .collect()
 }
 
-fn api(servicing: &Servicing, faults: FaultPlan) -> PaymentsApi {
-    let store = servicing.store("payments-api").with_faults(faults);
-    PaymentsApi::new(store)
+fn api(servicing: &Servicing, faults: Option<&FaultPlan>) -> PaymentsApi {
+    PaymentsApi::new(match faults {
+        Some(faults) => servicing.faulty_store("payments-api", faults),
+        None => servicing.store("payments-api"),
+    })
 }
 
 async fn open_account(servicing: &Servicing, account: &str) {
@@ -103,7 +105,7 @@ async fn when_every_documented_status_is_exercised_should_match_the_openapi_docu
     let servicing = Servicing::new(engine).await;
     open_account(&servicing, "acc_api").await;
     let faults = FaultPlan::default();
-    let api = api(&servicing, faults.clone());
+    let api = api(&servicing, Some(&faults));
     let seen = Observed::default();
     let pay = "/v1/payments";
     let loan = "/v1/loans/{accountId}";
@@ -367,9 +369,7 @@ async fn when_every_documented_status_is_exercised_should_match_the_openapi_docu
 async fn when_20_concurrent_posts_share_one_key_should_store_one_outbox_item(engine: Engine) {
     let servicing = Servicing::new(engine).await;
     open_account(&servicing, "acc_race").await;
-    let apis: Vec<PaymentsApi> = (0..20)
-        .map(|_| api(&servicing, FaultPlan::default()))
-        .collect();
+    let apis: Vec<PaymentsApi> = (0..20).map(|_| api(&servicing, None)).collect();
     let body = payment("acc_race", 7_700, "race");
     let responses = join_all(
         apis.iter()
@@ -405,7 +405,7 @@ async fn when_20_concurrent_posts_share_one_key_should_store_one_outbox_item(eng
 async fn when_a_role_retries_from_another_session_should_replay_not_pay_twice(engine: Engine) {
     let servicing = Servicing::new(engine).await;
     open_account(&servicing, "acc_role").await;
-    let api = api(&servicing, FaultPlan::default());
+    let api = api(&servicing, None);
     let body = payment("acc_role", 4_200, "inv-role");
     // One ECS task's session, then (credentials refreshed, or another pod) another one.
     let first = api

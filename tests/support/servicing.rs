@@ -15,7 +15,9 @@ use aws_sdk_dynamodb::types::{
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, Config};
 use servicing_domain::{AccountId, LoanAccount, StoredAllocation};
-use servicing_store::{FaultPlan, ServicingStore, StoreConfig};
+use servicing_store::{ServicingStore, StoreConfig};
+
+use crate::faults::FaultPlan;
 
 use crate::{Engine, unique_name};
 
@@ -150,12 +152,20 @@ impl Servicing {
 
     /// A handler as one Lambda instance would have it (its own state cache).
     pub fn handler(&self) -> AccountStateHandler {
-        self.handler_with(self.config(), FaultPlan::default())
+        self.handler_with(self.config())
     }
 
-    pub fn handler_with(&self, config: Config, faults: FaultPlan) -> AccountStateHandler {
-        let store = ServicingStore::new(self.client.clone(), config.store_config("account-state"))
-            .with_faults(faults);
+    pub fn handler_with(&self, config: Config) -> AccountStateHandler {
+        let store = ServicingStore::new(self.client.clone(), config.store_config("account-state"));
+        AccountStateHandler::new(store, config)
+    }
+
+    /// A handler whose commits meet `faults` (see [`crate::faults`]).
+    pub fn faulty_handler(&self, config: Config, faults: &FaultPlan) -> AccountStateHandler {
+        let store = ServicingStore::new(
+            faults.client(&self.client),
+            config.store_config("account-state"),
+        );
         AccountStateHandler::new(store, config)
     }
 
@@ -196,6 +206,14 @@ impl Servicing {
     /// The store as `consumer` sees this table (default claim retention).
     pub fn store(&self, consumer: &str) -> ServicingStore {
         ServicingStore::new(self.client.clone(), StoreConfig::new(&self.table, consumer))
+    }
+
+    /// `consumer`'s store whose commits meet `faults`.
+    pub fn faulty_store(&self, consumer: &str, faults: &FaultPlan) -> ServicingStore {
+        ServicingStore::new(
+            faults.client(&self.client),
+            StoreConfig::new(&self.table, consumer),
+        )
     }
 
     pub async fn allocations(&self, account: &str) -> Vec<StoredAllocation> {

@@ -6,7 +6,7 @@
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use servicing_consumer::{AccountStateHandler, Config};
+use servicing_consumer::{AccountStateHandler, Config, FromSettings};
 use servicing_store::ServicingStore;
 
 const CONSUMER: &str = "account-state";

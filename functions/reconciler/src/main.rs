@@ -7,7 +7,7 @@
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
-use servicing_ops::reconciler::{Config, run};
+use servicing_ops::reconciler::{Config, FromSettings, run};
 use servicing_store::ServicingStore;
 
 #[tokio::main]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use servicing_settings::{ConfigError, Settings};
+use servicing_settings::{ConfigError, FromSettings, Settings};
 use servicing_store::StoreConfig;
 
 use crate::CONSUMER;
@@ -18,19 +18,18 @@ pub struct Config {
     pub notification_url: String,
 }
 
-impl Config {
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let settings = Settings::new(get);
+impl FromSettings for Config {
+    fn from_settings<F: Fn(&str) -> Option<String>>(
+        settings: &Settings<F>,
+    ) -> Result<Self, ConfigError> {
         Ok(Self {
             table: settings.required("TABLE_NAME")?,
             notification_url: settings.required("NOTIFICATION_URL")?,
         })
     }
+}
 
+impl Config {
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig::new(&self.table, CONSUMER)
     }

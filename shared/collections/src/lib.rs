@@ -23,7 +23,7 @@ use servicing_store::{
 
 pub use config::{CALL_TIMEOUT, Config};
 pub use notifier::{Delivery, Notifier};
-pub use servicing_settings::ConfigError;
+pub use servicing_settings::{ConfigError, FromSettings};
 
 pub const CONSUMER: &str = "collections";
 /// Claims of this consumer are keyed by the outbox event id under this pseudo source system.

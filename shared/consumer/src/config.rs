@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use servicing_settings::{Settings, narrow};
+use servicing_settings::{FromSettings, Settings, narrow};
 use servicing_store::{DEFAULT_CLAIM_RETENTION, MAX_TRANSACTION_ITEMS, StoreConfig};
 
 pub use servicing_settings::ConfigError;
@@ -56,13 +56,12 @@ impl Config {
             ..StoreConfig::new(&self.table, consumer)
         }
     }
+}
 
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let settings = Settings::new(get);
+impl FromSettings for Config {
+    fn from_settings<F: Fn(&str) -> Option<String>>(
+        settings: &Settings<F>,
+    ) -> Result<Self, ConfigError> {
         let mut config = Self::for_table(settings.required("TABLE_NAME")?);
         config.claim_retention = settings.days("CLAIM_RETENTION_DAYS", 35, 1..=3650)?;
         config.max_event_time_skew = Duration::from_secs(settings.number(

@@ -27,6 +27,7 @@ pub use cache::StateCache;
 pub use config::{Config, ConfigError};
 use group::{Answer, Group, Stop, Subject};
 pub use metrics::BatchCounts;
+pub use servicing_settings::FromSettings;
 pub use servicing_store::MAX_TRANSACTION_ITEMS;
 
 /// What became of one message.

@@ -119,9 +119,5 @@ pub fn number(item: &Item, name: &str) -> Option<i64> {
     }
 }
 
-pub fn now_epoch_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or_default()
-}
+/// The one clock (epoch seconds), shared with the store.
+pub use servicing_store::epoch_seconds;

@@ -4,7 +4,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::SourceRef;
 
-use crate::{Item, account_state_claim, failed, now_epoch_secs, number, scan_types, text};
+use crate::{Item, account_state_claim, epoch_seconds, failed, number, scan_types, text};
 
 /// One quarantine item, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +142,7 @@ pub async fn redrive(
                 // that claim has expired since. Any claim made after the quarantine lives until
                 // at least quarantinedAt + retention; while that outlasts the queue's delivery
                 // horizon, "no claim" means "never applied".
-                let now = now_epoch_secs();
+                let now = epoch_seconds();
                 let covered_until = q.quarantined_at_ms / 1000 + window.claim_retention_secs;
                 if covered_until <= now + crate::replay::QUEUE_RETENTION_SECS
                     && !window.allow_beyond_retention
@@ -209,7 +209,7 @@ pub async fn redrive(
         .update_expression(
             "SET redrivenAt = :now, redriveCount = if_not_exists(redriveCount, :zero) + :one",
         )
-        .expression_attribute_values(":now", AttributeValue::N(now_epoch_secs().to_string()))
+        .expression_attribute_values(":now", AttributeValue::N(epoch_seconds().to_string()))
         .expression_attribute_values(":zero", AttributeValue::N("0".into()))
         .expression_attribute_values(":one", AttributeValue::N("1".into()))
         .send()

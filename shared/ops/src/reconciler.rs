@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+pub use servicing_settings::FromSettings;
 use servicing_settings::{ConfigError, Settings};
 use servicing_store::{ServicingStore, StoreConfig};
 
@@ -20,20 +21,19 @@ pub struct Config {
     pub park_retention: Duration,
 }
 
-impl Config {
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let settings = Settings::new(get);
+impl FromSettings for Config {
+    fn from_settings<F: Fn(&str) -> Option<String>>(
+        settings: &Settings<F>,
+    ) -> Result<Self, ConfigError> {
         Ok(Self {
             table: settings.required("TABLE_NAME")?,
             window_hours: settings.number("WINDOW_HOURS", 25, 1..=24 * 400)?,
             park_retention: settings.days("PARK_RETENTION_DAYS", 7, 1..=365)?,
         })
     }
+}
 
+impl Config {
     /// The store the run writes through: account-state's items (its parked facts and their
     /// quarantine).
     pub fn store_config(&self) -> StoreConfig {
@@ -45,7 +45,7 @@ impl Config {
 /// `ReconciliationProblems`, `ReconciledApplied`, `ParkedExpired` and `StillParked`, and answers
 /// what it found.
 pub async fn run(config: &Config, store: &ServicingStore) -> Result<Value, String> {
-    let now = crate::now_epoch_secs();
+    let now = crate::epoch_seconds();
     let expiry = crate::parked::expire(store, now, config.park_retention).await?;
     if expiry.missing + expiry.mismatched > 0 {
         tracing::warn!(

@@ -5,7 +5,7 @@
 
 use servicing_domain::{ServicingEvent, SourceRef};
 
-use crate::{account_state_claim, failed, now_epoch_secs, number};
+use crate::{account_state_claim, epoch_seconds, failed, number};
 
 /// SQS keeps a message at most 14 days: a sent fact may be delivered that late.
 pub const QUEUE_RETENTION_SECS: i64 = 14 * 86_400;
@@ -51,7 +51,7 @@ pub async fn check(
     table: &str,
     lines: &[Vec<u8>],
 ) -> Result<Vec<Refusal>, String> {
-    let now = now_epoch_secs();
+    let now = epoch_seconds();
     let mut refusals = Vec::new();
     for (i, body) in lines.iter().enumerate() {
         // Undecodable lines are harmless: they will be quarantined again.
@@ -98,7 +98,7 @@ pub async fn send(
                 .id(i.to_string())
                 .message_body(body)
                 .message_group_id(group)
-                .message_deduplication_id(format!("replay-{}-{chunk_no}-{i}", now_epoch_secs()))
+                .message_deduplication_id(format!("replay-{}-{chunk_no}-{i}", epoch_seconds()))
                 .build()
                 .map_err(|e| e.to_string())?;
             request = request.entries(entry);

@@ -12,33 +12,29 @@ pub async fn outbox_details(
     account_id: &AccountId,
     detail_type: &str,
 ) -> Result<Vec<serde_json::Value>, StoreError> {
-    let mut out = Vec::new();
-    let mut start = None;
-    loop {
-        let page = store
-            .client()
-            .scan()
-            .table_name(store.table())
-            .filter_expression("itemType = :outbox AND accountId = :account AND detailType = :type")
-            .expression_attribute_values(":outbox", AttributeValue::S("OUTBOX".into()))
-            .expression_attribute_values(":account", AttributeValue::S(account_id.as_str().into()))
-            .expression_attribute_values(":type", AttributeValue::S(detail_type.into()))
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(servicing_store::classify)?;
-        for item in page.items.unwrap_or_default() {
-            let detail = servicing_store::items::string(&item, "detail")
+    let found: Vec<crate::Item> = store
+        .client()
+        .scan()
+        .table_name(store.table())
+        .filter_expression("itemType = :outbox AND accountId = :account AND detailType = :type")
+        .expression_attribute_values(":outbox", AttributeValue::S("OUTBOX".into()))
+        .expression_attribute_values(":account", AttributeValue::S(account_id.as_str().into()))
+        .expression_attribute_values(":type", AttributeValue::S(detail_type.into()))
+        .consistent_read(true)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(servicing_store::classify)?;
+    let mut out = found
+        .iter()
+        .map(|item| {
+            servicing_store::items::string(item, "detail")
                 .and_then(|d| serde_json::from_str(d).ok())
-                .ok_or_else(|| StoreError::Corrupt("outbox item without a JSON detail".into()))?;
-            out.push(detail);
-        }
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            break;
-        }
-    }
+                .ok_or_else(|| StoreError::Corrupt("outbox item without a JSON detail".into()))
+        })
+        .collect::<Result<Vec<serde_json::Value>, _>>()?;
     out.sort_by(|a: &serde_json::Value, b| {
         (a["occurredAt"].as_str(), a["eventId"].as_str())
             .cmp(&(b["occurredAt"].as_str(), b["eventId"].as_str()))

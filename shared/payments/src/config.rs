@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use servicing_settings::{ConfigError, Settings};
+use servicing_settings::{ConfigError, FromSettings, Settings};
 use servicing_store::StoreConfig;
 
 /// The store's consumer name: it scopes nothing the API writes (its records are keyed by the
@@ -18,19 +18,18 @@ pub struct Config {
     pub idempotency_retention: Duration,
 }
 
-impl Config {
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let settings = Settings::new(get);
+impl FromSettings for Config {
+    fn from_settings<F: Fn(&str) -> Option<String>>(
+        settings: &Settings<F>,
+    ) -> Result<Self, ConfigError> {
         Ok(Self {
             table: settings.required("TABLE_NAME")?,
             idempotency_retention: settings.days("IDEMPOTENCY_RETENTION_DAYS", 35, 1..=3650)?,
         })
     }
+}
 
+impl Config {
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig {
             claim_retention: self.idempotency_retention,

@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 pub use command::{FieldError, IdempotencyKey, PaymentCommand, Principal};
 pub use config::{CONSUMER, Config};
 pub use problem::Problem;
-pub use servicing_settings::ConfigError;
+pub use servicing_settings::{ConfigError, FromSettings};
 
 /// The EventBridge `source` of API-originated payments (a rule routes them to the servicing queue).
 pub const EVENT_SOURCE: &str = "servicing.payments-api";
@@ -42,15 +42,21 @@ impl PaymentsApi {
         Self { store }
     }
 
+    /// Routes on what API Gateway matched (the route key and its path parameters), not on a
+    /// re-parse of the raw path.
     pub async fn handle(&self, request: Request) -> Response<Body> {
-        let route = route(&request);
-        let response = match route
-            .as_ref()
-            .map(|(method, path)| (*method, path.as_slice()))
-        {
-            Some(("POST", ["v1", "payments"])) => self.post_payment(&request).await,
-            Some(("GET", ["v1", "loans", account])) => self.get_loan(account).await,
-            Some(("GET", ["v1", "loans", account, "allocations"])) => {
+        let route_key = match request.request_context_ref() {
+            Some(RequestContext::ApiGatewayV2(context)) => context.route_key.clone(),
+            _ => None,
+        };
+        let account = request
+            .path_parameters_ref()
+            .and_then(|p| p.first("accountId"))
+            .map(str::to_owned);
+        let response = match (route_key.as_deref(), account.as_deref()) {
+            (Some("POST /v1/payments"), _) => self.post_payment(&request).await,
+            (Some("GET /v1/loans/{accountId}"), Some(account)) => self.get_loan(account).await,
+            (Some("GET /v1/loans/{accountId}/allocations"), Some(account)) => {
                 self.get_allocations(account).await
             }
             _ => Err(Problem::new(
@@ -280,24 +286,6 @@ impl PaymentsApi {
         let body = json!({"accountId": id, "allocations": allocations});
         Ok(json_response(200, &body.to_string(), false))
     }
-}
-
-/// `(method, path segments from `v1` on)`: anything before `v1` (a stage name, a base path
-/// mapping) does not matter.
-fn route(request: &Request) -> Option<(&'static str, Vec<&str>)> {
-    let method = match *request.method() {
-        lambda_http::http::Method::GET => "GET",
-        lambda_http::http::Method::POST => "POST",
-        _ => "OTHER",
-    };
-    let segments: Vec<&str> = request
-        .uri()
-        .path()
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    let start = segments.iter().position(|s| *s == "v1")?;
-    Some((method, segments[start..].to_vec()))
 }
 
 /// The caller, as the idempotency scope and the events' `sourceSystem` know it: an IAM user by

@@ -1,6 +1,6 @@
 //! The relay's settings, read once at its cold start.
 
-use servicing_settings::{ConfigError, Settings};
+use servicing_settings::{ConfigError, FromSettings, Settings};
 use servicing_store::StoreConfig;
 
 use crate::CONSUMER;
@@ -16,20 +16,19 @@ pub struct Config {
     pub servicing_queue_url: String,
 }
 
-impl Config {
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let settings = Settings::new(get);
+impl FromSettings for Config {
+    fn from_settings<F: Fn(&str) -> Option<String>>(
+        settings: &Settings<F>,
+    ) -> Result<Self, ConfigError> {
         Ok(Self {
             table: settings.required("TABLE_NAME")?,
             event_bus: settings.required("EVENT_BUS_NAME")?,
             servicing_queue_url: settings.required("SERVICING_QUEUE_URL")?,
         })
     }
+}
 
+impl Config {
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig::new(&self.table, CONSUMER)
     }

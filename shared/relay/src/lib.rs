@@ -23,7 +23,7 @@ use servicing_store::{QuarantineEntry, ServicingStore};
 
 mod config;
 pub use config::Config;
-pub use servicing_settings::ConfigError;
+pub use servicing_settings::{ConfigError, FromSettings};
 
 /// EventBridge's limit for one entry and for one `PutEvents` request.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;

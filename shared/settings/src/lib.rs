@@ -87,6 +87,22 @@ impl<F: Fn(&str) -> Option<String>> Settings<F> {
     }
 }
 
+/// A function's typed configuration, read from [`Settings`]: implement `from_settings`, get
+/// `from_env` (the cold start) and `from_lookup` (tests) with it.
+pub trait FromSettings: Sized {
+    fn from_settings<F: Fn(&str) -> Option<String>>(
+        settings: &Settings<F>,
+    ) -> Result<Self, ConfigError>;
+
+    fn from_env() -> Result<Self, ConfigError> {
+        Self::from_settings(&Settings::from_env())
+    }
+
+    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        Self::from_settings(&Settings::new(get))
+    }
+}
+
 /// A value already checked against a range that fits the target type.
 pub fn narrow<T: TryFrom<u64> + Default>(value: u64) -> T {
     T::try_from(value).unwrap_or_default()

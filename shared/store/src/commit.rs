@@ -159,10 +159,6 @@ impl ServicingStore {
         units: &[UnitOfWork<'_>],
         loan: Option<LoanWrite<'_>>,
     ) -> Result<Vec<CommitOutcome>, StoreError> {
-        let fault = self.faults.next();
-        if let Some(injected) = fault.before_commit() {
-            return injected.map(|outcome| vec![outcome; units.len()]);
-        }
         let (now, now_millis) = now_epoch();
         let transaction = self.transaction_items(units, loan, now, now_millis)?;
         let outcomes = match self.combiner.send(transaction.items).await? {
@@ -172,7 +168,7 @@ impl ServicingStore {
                 map_cancellation(&reasons, &transaction.roles, units)?
             }
         };
-        fault.after_commit(outcomes)
+        Ok(outcomes)
     }
 
     /// The loan's version check (claim-only verdicts: the loan is still at the judged version).

@@ -52,10 +52,6 @@ impl ServicingStore {
         response: &StoredResponse,
         outbox: &OutboxEntry,
     ) -> Result<CommandOutcome, StoreError> {
-        if let Some(injected) = self.faults.next().before_commit() {
-            // The seam speaks in commit outcomes; a contended commit is an in-flight twin here.
-            return injected.map(|_| CommandOutcome::InFlight);
-        }
         let (now, _) = now_epoch();
         let replay_until = now + self.config.claim_retention.as_secs() as i64;
         let mut record = items::key_item(items::idempotency_key(principal_scope, key));

@@ -20,7 +20,6 @@ mod combine;
 mod commit;
 mod conditions;
 mod errors;
-mod faults;
 mod idempotency;
 pub mod items;
 mod loans;
@@ -37,7 +36,6 @@ pub use actions::{ActionIntent, ActionRecord, ActionStatus};
 pub use combine::{MAX_TRANSACTION_ITEMS, Participant};
 pub use commit::{CommitOutcome, Effect, LoanWrite, OutboxEntry, Transaction, UnitOfWork};
 pub use errors::{StoreError, classify};
-pub use faults::{Fault, FaultPlan};
 pub use idempotency::{CommandOutcome, StoredResponse};
 pub use loans::{LoanItem, Snapshot, Target};
 pub use parked::ExpiredFact;
@@ -73,7 +71,6 @@ impl StoreConfig {
 pub struct ServicingStore {
     pub(crate) client: Client,
     pub(crate) config: StoreConfig,
-    pub(crate) faults: FaultPlan,
     pub(crate) combiner: Arc<combine::Combiner>,
 }
 
@@ -100,16 +97,8 @@ impl ServicingStore {
         Self {
             client,
             config,
-            faults: FaultPlan::default(),
             combiner: Arc::new(combiner),
         }
-    }
-
-    /// A store whose commits first consult `faults` (tests inject throttling, conflicts and lost
-    /// responses through it; no local engine produces them).
-    pub fn with_faults(mut self, faults: FaultPlan) -> Self {
-        self.faults = faults;
-        self
     }
 
     /// Registers a participant of group commit (one per account being processed): while it

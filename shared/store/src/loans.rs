@@ -197,28 +197,20 @@ impl ServicingStore {
         account_id: &AccountId,
     ) -> Result<Vec<StoredAllocation>, StoreError> {
         let (pk, _) = items::loan_key(account_id);
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.config.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                .expression_attribute_values(":pk", s(pk.clone()))
-                .expression_attribute_values(":prefix", s("ALLOC#"))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(classify)?;
-            for item in page.items.unwrap_or_default() {
-                out.push(items::allocation_from_item(item)?);
-            }
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+        let found: Vec<Item> = self
+            .client
+            .query()
+            .table_name(&self.config.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":prefix", s("ALLOC#"))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(classify)?;
+        found.into_iter().map(items::allocation_from_item).collect()
     }
 }

@@ -1,51 +1,84 @@
-//! `ledgerctl`: operator commands.
+//! `ledgerctl`: operator commands (`ledgerctl --help`, `ledgerctl <command> --help`).
 //!
 //! - `replay`: run a JSON Lines stream through the in-memory ledger (no AWS).
 //! - `state`: read an account from a deployed table (endpoint from the standard AWS variables)
 //!   and optionally check it against an `*.expected.json`.
-//! - `reconcile`, `quarantine`, `send`: operations (see `ops.rs`).
+//! - `reconcile`, `parked`, `quarantine`, `send`: operations on a deployed table (`ops.rs`).
+//!
+//! Exit status: 0 when the command did what it says and its invariant holds, 1 when not (or
+//! it failed), 2 for a command line it cannot parse.
 
 mod ops;
 mod replay;
 mod state;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage:
-  ledgerctl replay <events.jsonl> [--inject-duplicates PERCENT] [--seed N]
-      deliver that share of the lines a second time, each copy after its original (seeded,
-      reproducible); facts that wait for another are parked and applied right after it
-  ledgerctl state --table TABLE <accountId> [--expect FILE.expected.json]
-      print the stored account; with --expect, exit 1 unless every state field matches
-  ledgerctl reconcile --table TABLE [--consumer account-state] [--hours 24] [--source FILE.jsonl]
-      SourceEventCount -> CanonicalUniqueEventCount -> AppliedBusinessEventCount and the money
-      checks; exit 1 unless the identity holds
-  ledgerctl parked list --table TABLE
-      every parked fact: its account, identity, since when, and what it waits for
-  ledgerctl quarantine list --table TABLE [--consumer C]
-  ledgerctl quarantine inspect --table TABLE <id>...
-  ledgerctl quarantine redrive --table TABLE --queue URL <id>... [--retention-days 35] [--allow-beyond-retention]
-      re-send quarantined bodies with their original identity (collisions are refused; so is an
-      unclaimed fact quarantined so long ago that it may have applied since and its claim expired)
-  ledgerctl send --table TABLE --queue URL FILE.jsonl [--allow-beyond-retention]
-      replay a stream to the servicing queue; refuses facts whose claim is missing or expires
-      before the queue may deliver them (up to 14 days): they could apply twice";
+use clap::{Parser, Subcommand};
+use servicing_domain::AccountId;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ledgerctl",
+    about = "Operator commands of the loan-servicing consumers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a JSON Lines stream through the in-memory ledger; print every account, the counts
+    /// and a reconciliation line. Facts that wait for another are parked and applied right
+    /// after it.
+    Replay(replay::ReplayArgs),
+    /// Print an account as stored; with --expect, exit 1 unless every state field matches.
+    State(state::StateArgs),
+    /// SourceEventCount -> CanonicalUniqueEventCount -> AppliedBusinessEventCount and the money
+    /// checks over a window; exit 1 unless the identity holds.
+    Reconcile(ops::ReconcileArgs),
+    /// Parked facts: their account, identity, since when, and what they wait for.
+    #[command(subcommand)]
+    Parked(ops::ParkedCommand),
+    /// Quarantined messages: list, inspect, redrive with their original identity.
+    #[command(subcommand)]
+    Quarantine(ops::QuarantineCommand),
+    /// Replay a stream to the servicing queue; refuses facts whose claim is missing or expires
+    /// before the queue may deliver them (up to 14 days): they could apply twice.
+    Send(ops::SendArgs),
+}
+
+/// `--table`: the servicing table of a deployed stack.
+#[derive(Debug, clap::Args)]
+struct Table {
+    #[arg(long)]
+    table: String,
+}
+
+fn account_id(value: &str) -> Result<AccountId, String> {
+    AccountId::parse(value).map_err(|e| e.to_string())
+}
+
+/// The events file of `replay`, `reconcile --source` and `send`.
+type EventsFile = PathBuf;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let outcome = match args.split_first() {
-        Some((command, rest)) if command == "replay" => {
-            replay::parse(rest).map(|a| replay::run(&a))
-        }
-        Some((command, rest)) if command == "state" => state::parse(rest).map(|a| state::run(&a)),
-        Some((command, rest)) if command == "reconcile" => ops::reconcile(rest),
-        Some((command, rest)) if command == "quarantine" => ops::quarantine(rest),
-        Some((command, rest)) if command == "parked" => ops::parked(rest),
-        Some((command, rest)) if command == "send" => ops::send(rest),
-        _ => Err("expected a command".to_owned()),
+    let outcome = match Cli::parse().command {
+        Command::Replay(args) => replay::run(&args),
+        Command::State(args) => state::run(&args),
+        Command::Reconcile(args) => ops::reconcile(&args),
+        Command::Parked(command) => ops::parked(&command),
+        Command::Quarantine(command) => ops::quarantine(&command),
+        Command::Send(args) => ops::send(&args),
     };
-    outcome.unwrap_or_else(|problem| {
-        eprintln!("{problem}\n{USAGE}");
-        ExitCode::from(2)
-    })
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(problem) => {
+            eprintln!("{problem}");
+            ExitCode::FAILURE
+        }
+    }
 }

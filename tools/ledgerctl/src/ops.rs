@@ -1,62 +1,80 @@
 //! `ledgerctl reconcile | quarantine | send`: operations on a deployed table (endpoint and
 //! credentials from the standard AWS variables, e.g. `source .local/env`).
 
-use std::process::ExitCode;
-
 use servicing_ops::{quarantine, reconcile, replay};
 
-/// `--name value` options and positional arguments.
-#[derive(Debug, Default)]
-pub struct Args {
-    options: Vec<(String, String)>,
-    flags: Vec<String>,
-    positional: Vec<String>,
+use crate::{EventsFile, Table};
+
+/// `reconcile`
+#[derive(Debug, clap::Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    table: Table,
+    /// The consumer whose claims are reconciled.
+    #[arg(long, default_value = "account-state")]
+    consumer: String,
+    /// The window, ending now.
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 3650))]
+    hours: i64,
+    /// The source stream (JSON Lines) to reconcile against.
+    #[arg(long)]
+    source: Option<EventsFile>,
 }
 
-impl Args {
-    /// `flag_names` take no value.
-    pub fn parse(args: &[String], flag_names: &[&str]) -> Result<Self, String> {
-        let mut parsed = Args::default();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            if let Some(name) = arg.strip_prefix("--") {
-                if flag_names.contains(&name) {
-                    parsed.flags.push(name.to_owned());
-                } else {
-                    let value = it.next().ok_or(format!("--{name} needs a value"))?;
-                    parsed.options.push((name.to_owned(), value.clone()));
-                }
-            } else {
-                parsed.positional.push(arg.clone());
-            }
-        }
-        Ok(parsed)
-    }
+#[derive(Debug, clap::Subcommand)]
+pub enum ParkedCommand {
+    /// Every parked fact.
+    List(Table),
+}
 
-    fn get(&self, name: &str) -> Option<&str> {
-        self.options
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
+#[derive(Debug, clap::Subcommand)]
+pub enum QuarantineCommand {
+    /// Every quarantined message (one line each).
+    List {
+        #[command(flatten)]
+        table: Table,
+        /// Only this consumer's.
+        #[arg(long)]
+        consumer: Option<String>,
+    },
+    /// Messages in full, raw body included.
+    Inspect {
+        #[command(flatten)]
+        table: Table,
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Re-send bodies with their original identity (collisions are refused; so is an unclaimed
+    /// fact quarantined so long ago that it may have applied since and its claim expired).
+    Redrive {
+        #[command(flatten)]
+        table: Table,
+        /// The servicing queue.
+        #[arg(long)]
+        queue: String,
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// The consumer's claim retention (CLAIM_RETENTION_DAYS).
+        #[arg(long, default_value_t = 35, value_parser = clap::value_parser!(i64).range(1..=3650))]
+        retention_days: i64,
+        /// Redrive even a fact that may have applied since (after checking it).
+        #[arg(long)]
+        allow_beyond_retention: bool,
+    },
+}
 
-    fn required(&self, name: &str) -> Result<&str, String> {
-        self.get(name).ok_or(format!("--{name} is required"))
-    }
-
-    fn number(&self, name: &str, default: i64) -> Result<i64, String> {
-        self.get(name)
-            .map(|v| {
-                v.parse()
-                    .map_err(|_| format!("--{name} must be a whole number, got {v:?}"))
-            })
-            .unwrap_or(Ok(default))
-    }
-
-    fn flag(&self, name: &str) -> bool {
-        self.flags.iter().any(|f| f == name)
-    }
+/// `send`
+#[derive(Debug, clap::Args)]
+pub struct SendArgs {
+    #[command(flatten)]
+    table: Table,
+    /// The servicing queue.
+    #[arg(long)]
+    queue: String,
+    events: EventsFile,
+    /// Send even facts that could apply twice (after checking them).
+    #[arg(long)]
+    allow_beyond_retention: bool,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -66,8 +84,8 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
-fn read_lines(path: &str) -> Result<Vec<Vec<u8>>, String> {
-    let input = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+fn read_lines(path: &EventsFile) -> Result<Vec<Vec<u8>>, String> {
+    let input = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(input
         .split(|b| *b == b'\n')
         .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
@@ -75,31 +93,16 @@ fn read_lines(path: &str) -> Result<Vec<Vec<u8>>, String> {
         .collect())
 }
 
-fn exit(result: Result<bool, String>) -> ExitCode {
-    match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(problem) => {
-            eprintln!("{problem}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// `reconcile --table T [--consumer C] [--hours N] [--source FILE]`
-pub fn reconcile(args: &[String]) -> Result<ExitCode, String> {
-    let args = Args::parse(args, &[])?;
-    let table = args.required("table")?.to_owned();
-    let consumer = args.get("consumer").unwrap_or("account-state").to_owned();
-    let hours = args.number("hours", 24)?;
-    let source = args.get("source").map(read_lines).transpose()?;
-    let now = servicing_ops::now_epoch_secs();
-    let result = runtime()?.block_on(async {
+pub fn reconcile(args: &ReconcileArgs) -> Result<bool, String> {
+    let (table, consumer, hours) = (&args.table.table, &args.consumer, args.hours);
+    let source = args.source.as_ref().map(read_lines).transpose()?;
+    let now = servicing_ops::epoch_seconds();
+    runtime()?.block_on(async {
         let dynamodb = aws_sdk_dynamodb::Client::new(&aws_setup::load().await);
         let report = reconcile::reconcile(
             &dynamodb,
-            &table,
-            &consumer,
+            table,
+            consumer,
             (now - hours * 3600, now + 1),
             source.as_deref(),
         )
@@ -108,31 +111,16 @@ pub fn reconcile(args: &[String]) -> Result<ExitCode, String> {
             println!("{line}");
         }
         Ok(report.holds())
-    });
-    Ok(exit(result))
+    })
 }
 
-/// `quarantine list|inspect|redrive ...`
-pub fn quarantine(args: &[String]) -> Result<ExitCode, String> {
-    let (action, rest) = args
-        .split_first()
-        .ok_or("quarantine needs list, inspect or redrive")?;
-    let args = Args::parse(rest, &["allow-beyond-retention"])?;
-    let window = servicing_ops::quarantine::RedriveWindow {
-        claim_retention_secs: args
-            .number("retention-days", 35)?
-            .checked_mul(86_400)
-            .filter(|s| *s > 0)
-            .ok_or("--retention-days must be a positive number of days")?,
-        allow_beyond_retention: args.flag("allow-beyond-retention"),
-    };
-    let table = args.required("table")?.to_owned();
-    let result = runtime()?.block_on(async {
+pub fn quarantine(command: &QuarantineCommand) -> Result<bool, String> {
+    runtime()?.block_on(async {
         let sdk = aws_setup::load().await;
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        match action.as_str() {
-            "list" => {
-                let items = quarantine::list(&dynamodb, &table, args.get("consumer")).await?;
+        match command {
+            QuarantineCommand::List { table, consumer } => {
+                let items = quarantine::list(&dynamodb, &table.table, consumer.as_deref()).await?;
                 for q in &items {
                     let source = q.source.as_ref().map(ToString::to_string).unwrap_or_else(|| "-".into());
                     println!("{}\t{}\t{}\t{}\t{}\tredriven {}x", q.id, q.consumer, q.code, source, q.reason, q.redrive_count);
@@ -140,9 +128,9 @@ pub fn quarantine(args: &[String]) -> Result<ExitCode, String> {
                 println!("{} quarantined", items.len());
                 Ok(true)
             }
-            "inspect" => {
-                for id in &args.positional {
-                    let q = quarantine::inspect(&dynamodb, &table, id).await?;
+            QuarantineCommand::Inspect { table, ids } => {
+                for id in ids {
+                    let q = quarantine::inspect(&dynamodb, &table.table, id).await?;
                     println!("id:          {}\nconsumer:    {}\ncode:        {}\nreason:      {}\nmessage id:  {}\nsource:      {}\naccount:     {}\nredriven:    {}x\nraw body:    {}\n",
                         q.id, q.consumer, q.code, q.reason, q.message_id,
                         q.source.as_ref().map(ToString::to_string).unwrap_or_default(),
@@ -150,12 +138,15 @@ pub fn quarantine(args: &[String]) -> Result<ExitCode, String> {
                 }
                 Ok(true)
             }
-            "redrive" => {
-                let queue = args.required("queue")?;
+            QuarantineCommand::Redrive { table, queue, ids, retention_days, allow_beyond_retention } => {
+                let window = quarantine::RedriveWindow {
+                    claim_retention_secs: retention_days * 86_400,
+                    allow_beyond_retention: *allow_beyond_retention,
+                };
                 let sqs = aws_sdk_sqs::Client::new(&sdk);
                 let mut all_ok = true;
-                for id in &args.positional {
-                    match quarantine::redrive(&dynamodb, &sqs, &table, queue, id, window).await {
+                for id in ids {
+                    match quarantine::redrive(&dynamodb, &sqs, &table.table, queue, id, window).await {
                         Ok(r) => println!("redriven {} as message {}{}", r.id, r.message_id,
                             if r.released_claim { " (its REJECTED claim was released)" } else { "" }),
                         Err(why) => {
@@ -166,25 +157,17 @@ pub fn quarantine(args: &[String]) -> Result<ExitCode, String> {
                 }
                 Ok(all_ok)
             }
-            other => Err(format!("unknown quarantine action {other:?}")),
         }
-    });
-    Ok(exit(result))
+    })
 }
 
-/// `parked list --table T`
-pub fn parked(args: &[String]) -> Result<ExitCode, String> {
-    let (action, rest) = args.split_first().ok_or("parked needs list")?;
-    if action != "list" {
-        return Err(format!("unknown parked action {action:?}"));
-    }
-    let args = Args::parse(rest, &[])?;
-    let table = args.required("table")?.to_owned();
-    let result = runtime()?.block_on(async {
+pub fn parked(command: &ParkedCommand) -> Result<bool, String> {
+    let ParkedCommand::List(Table { table }) = command;
+    runtime()?.block_on(async {
         let sdk = aws_setup::load().await;
         let store = servicing_store::ServicingStore::new(
             aws_sdk_dynamodb::Client::new(&sdk),
-            servicing_store::StoreConfig::new(&table, "account-state"),
+            servicing_store::StoreConfig::new(table, "account-state"),
         );
         let parked = servicing_ops::parked::list(&store).await?;
         for view in &parked {
@@ -192,35 +175,25 @@ pub fn parked(args: &[String]) -> Result<ExitCode, String> {
         }
         println!("{} parked", parked.len());
         Ok(true)
-    });
-    Ok(exit(result))
+    })
 }
 
-/// `send --table T --queue URL FILE [--retention-days N] [--allow-beyond-retention]`
-pub fn send(args: &[String]) -> Result<ExitCode, String> {
-    let args = Args::parse(args, &["allow-beyond-retention"])?;
-    let table = args.required("table")?.to_owned();
-    let queue = args.required("queue")?.to_owned();
-    let path = args
-        .positional
-        .first()
-        .ok_or("the events file is required")?;
-    let lines = read_lines(path)?;
-    let allow = args.flag("allow-beyond-retention");
-    let result = runtime()?.block_on(async {
+pub fn send(args: &SendArgs) -> Result<bool, String> {
+    let (table, queue) = (&args.table.table, &args.queue);
+    let lines = read_lines(&args.events)?;
+    runtime()?.block_on(async {
         let sdk = aws_setup::load().await;
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        let refusals = replay::check(&dynamodb, &table, &lines).await?;
+        let refusals = replay::check(&dynamodb, table, &lines).await?;
         for r in &refusals {
             eprintln!("line {}: {}", r.line, r.reason);
         }
-        if !refusals.is_empty() && !allow {
+        if !refusals.is_empty() && !args.allow_beyond_retention {
             eprintln!("refused: {} facts may apply twice; nothing was sent (--allow-beyond-retention after checking them)", refusals.len());
             return Ok(false);
         }
-        let sent = replay::send(&aws_sdk_sqs::Client::new(&sdk), &queue, &lines).await?;
+        let sent = replay::send(&aws_sdk_sqs::Client::new(&sdk), queue, &lines).await?;
         println!("sent {sent} messages to {queue}");
         Ok(true)
-    });
-    Ok(exit(result))
+    })
 }

@@ -2,43 +2,19 @@
 //! the full consumer semantics), printing every account's final state, the counts and a
 //! reconciliation line.
 
-use std::process::ExitCode;
-
 use servicing_domain::Ledger;
 
-#[derive(Debug)]
-pub struct ReplayArgs {
-    path: String,
-    duplicate_percent: u64,
-    seed: u64,
-}
+use crate::EventsFile;
 
-pub fn parse(args: &[String]) -> Result<ReplayArgs, String> {
-    let mut parsed = ReplayArgs {
-        path: String::new(),
-        duplicate_percent: 0,
-        seed: 7,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut number = |flag: &str| -> Result<u64, String> {
-            let value = it.next().ok_or(format!("{flag} needs a value"))?;
-            value
-                .parse()
-                .map_err(|_| format!("{flag} must be a whole number, got {value:?}"))
-        };
-        match arg.as_str() {
-            "--inject-duplicates" => parsed.duplicate_percent = number(arg)?,
-            "--seed" => parsed.seed = number(arg)?,
-            flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
-            path if parsed.path.is_empty() => parsed.path = path.to_owned(),
-            extra => return Err(format!("unexpected argument {extra:?}")),
-        }
-    }
-    if parsed.path.is_empty() {
-        return Err("missing the events file".to_owned());
-    }
-    Ok(parsed)
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    events: EventsFile,
+    /// Deliver this share of the lines a second time, each copy after its original.
+    #[arg(long = "inject-duplicates", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    duplicate_percent: u64,
+    /// Seed of the duplicate placement (reproducible).
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
 }
 
 /// Inserts copies of `percent`% of the lines, each after its original. Deterministic per seed.
@@ -62,14 +38,9 @@ fn inject_duplicates<'a>(lines: &[&'a [u8]], percent: u64, seed: u64) -> Vec<&'a
     delivered.into_iter().map(|(_, body)| body).collect()
 }
 
-pub fn run(args: &ReplayArgs) -> ExitCode {
-    let input = match std::fs::read(&args.path) {
-        Ok(input) => input,
-        Err(e) => {
-            eprintln!("cannot read {}: {e}", args.path);
-            return ExitCode::FAILURE;
-        }
-    };
+pub fn run(args: &ReplayArgs) -> Result<bool, String> {
+    let input = std::fs::read(&args.events)
+        .map_err(|e| format!("cannot read {}: {e}", args.events.display()))?;
     let lines: Vec<&[u8]> = input
         .split(|b| *b == b'\n')
         .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
@@ -78,7 +49,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     eprintln!(
         "replaying {} lines of {} as {} deliveries",
         lines.len(),
-        args.path,
+        args.events.display(),
         delivered.len()
     );
 
@@ -87,13 +58,9 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     let mut ledger = Ledger::with_clock(now, servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW);
     ledger.replay(delivered);
 
-    match serde_json::to_string_pretty(&ledger.report()) {
-        Ok(text) => println!("{text}"),
-        Err(e) => {
-            eprintln!("cannot render the report: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
+    let text = serde_json::to_string_pretty(&ledger.report())
+        .map_err(|e| format!("cannot render the report: {e}"))?;
+    println!("{text}");
     let c = ledger.counts();
     let balanced = c.balances();
     println!(
@@ -109,11 +76,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         if balanced { "OK" } else { "MISMATCH" },
         c.parked - c.released
     );
-    if balanced {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    Ok(balanced)
 }
 
 #[cfg(test)]

@@ -1,0 +1,171 @@
+//! Faults no local engine produces on demand — throttling, `TransactionConflict`, a request
+//! refused as such, a lost response, a panic — injected from the tests' side, under the SDK: an
+//! HTTP connector that wraps the real one and consults a queue on each request (the commits,
+//! `TransactWriteItems`, for all but a panic, which takes whatever request comes next).
+//! Production code has no seam: the store under test is the one that ships, over a client
+//! whose HTTP layer misbehaves on cue.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_runtime_api::http::{Response, StatusCode};
+use aws_smithy_types::body::SdkBody;
+use serde_json::{Value, json};
+
+/// One fault, taken by the next `TransactWriteItems` request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Not sent; answered `ThrottlingException`, as DynamoDB throttling would.
+    Throttle,
+    /// Not sent; answered `TransactionCanceledException` with a `TransactionConflict` reason.
+    TransactionConflict,
+    /// Sent and committed, then the connection fails: the caller cannot know it committed.
+    LoseResponse,
+    /// Panics on the next request of any kind (an account's read runs in that account's
+    /// task), as a bug in the handler would.
+    Panic,
+    /// Not sent; answered `ValidationException`, as a request DynamoDB refuses as such (a
+    /// transaction over 4 MB) would be.
+    Invalid,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FaultPlan(Arc<Mutex<VecDeque<Fault>>>);
+
+impl FaultPlan {
+    pub fn push(&self, fault: Fault) {
+        self.0.lock().expect("plan").push_back(fault);
+    }
+
+    pub fn pending(&self) -> usize {
+        self.0.lock().expect("plan").len()
+    }
+
+    /// The fault this request takes: the next one, if it applies to a commit (`commit`) or is a
+    /// panic.
+    fn next_for(&self, commit: bool) -> Option<Fault> {
+        let mut queue = self.0.lock().expect("plan");
+        match queue.front() {
+            Some(Fault::Panic) => queue.pop_front(),
+            Some(_) if commit => queue.pop_front(),
+            _ => None,
+        }
+    }
+
+    /// `client`'s configuration over this plan. One attempt per request: a fault is what the
+    /// store sees once the SDK's own retries are spent.
+    pub fn client(&self, client: &aws_sdk_dynamodb::Client) -> aws_sdk_dynamodb::Client {
+        let config = client.config();
+        let inner = config
+            .http_client()
+            .expect("the test client has an HTTP client");
+        let faulty = SharedHttpClient::new(FaultyHttpClient {
+            inner,
+            plan: self.clone(),
+        });
+        aws_sdk_dynamodb::Client::from_conf(
+            config
+                .to_builder()
+                .http_client(faulty)
+                .retry_config(RetryConfig::standard().with_max_attempts(1))
+                .build(),
+        )
+    }
+}
+
+#[derive(Debug)]
+struct FaultyHttpClient {
+    inner: SharedHttpClient,
+    plan: FaultPlan,
+}
+
+impl HttpClient for FaultyHttpClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(FaultyConnector {
+            inner: self.inner.http_connector(settings, components),
+            plan: self.plan.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct FaultyConnector {
+    inner: SharedHttpConnector,
+    plan: FaultPlan,
+}
+
+/// A DynamoDB error answer (awsJson 1.0).
+fn answer(kind: &str, extra: Value) -> Response<SdkBody> {
+    let mut body = json!({
+        "__type": format!("com.amazonaws.dynamodb.v20120810#{kind}"),
+        "message": "injected",
+    });
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    let mut response = Response::new(
+        StatusCode::try_from(400).expect("status"),
+        SdkBody::from(body.to_string()),
+    );
+    response
+        .headers_mut()
+        .insert("content-type", "application/x-amz-json-1.0");
+    response
+}
+
+impl HttpConnector for FaultyConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let commit = request
+            .headers()
+            .get("x-amz-target")
+            .is_some_and(|t| t.ends_with(".TransactWriteItems"));
+        match self.plan.next_for(commit) {
+            None => self.inner.call(request),
+            Some(Fault::Throttle) => {
+                HttpConnectorFuture::ready(Ok(answer("ThrottlingException", json!({}))))
+            }
+            Some(Fault::Invalid) => {
+                HttpConnectorFuture::ready(Ok(answer("ValidationException", json!({}))))
+            }
+            Some(Fault::TransactionConflict) => {
+                // One reason per item, as DynamoDB answers: the first item conflicted.
+                let items = request
+                    .body()
+                    .bytes()
+                    .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+                    .and_then(|b| b["TransactItems"].as_array().map(Vec::len))
+                    .unwrap_or(1);
+                let reasons: Vec<Value> = (0..items)
+                    .map(|i| json!({"Code": if i == 0 { "TransactionConflict" } else { "None" }}))
+                    .collect();
+                HttpConnectorFuture::ready(Ok(answer(
+                    "TransactionCanceledException",
+                    json!({"CancellationReasons": reasons}),
+                )))
+            }
+            Some(Fault::Panic) => panic!("injected: a bug in the handler"),
+            Some(Fault::LoseResponse) => {
+                let sent = self.inner.call(request);
+                HttpConnectorFuture::new(async move {
+                    sent.await?;
+                    Err(ConnectorError::other(
+                        "injected: the response was lost after the commit".into(),
+                        None,
+                    ))
+                })
+            }
+        }
+    }
+}
