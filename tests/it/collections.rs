@@ -1,5 +1,5 @@
-//! The collections consumer against real DynamoDB engines (both must agree) and a local HTTP
-//! receiver that records every call and deduplicates on `Idempotency-Key`, like a real one.
+//! The collections consumer against real DynamoDB engines (both must agree) and an in-process
+//! HTTP receiver (wiremock) that records every call and answers from a plan.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,6 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use collections_handler::{ActionOutcome, CONSUMER, CollectionsHandler, MessageResult, Notifier};
 use integration_tests::Engine;
 use integration_tests::faults::{Fault, FaultPlan};
-use integration_tests::http_server::{LocalServer, respond, serve};
 use integration_tests::servicing::{Servicing, attr_s, sqs_message};
 use serde_json::{Value, json};
 use servicing_store::ActionStatus;
@@ -24,32 +23,37 @@ on_both_engines!(
     when_the_envelope_is_bad_or_collides_should_quarantine,
 );
 
-/// Records calls; answers from `plan` (then 200), deduplicating on the key like a real receiver.
+/// Records every call (its `Idempotency-Key` and body); answers from `plan`, then 200.
 #[derive(Clone, Default)]
 pub(crate) struct Receiver {
     pub calls: Arc<Mutex<Vec<(String, Value)>>>,
     pub plan: Arc<Mutex<VecDeque<u16>>>,
 }
 
+impl wiremock::Respond for Receiver {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let key = request
+            .headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        self.calls.lock().expect("calls").push((key, body));
+        let status = self.plan.lock().expect("plan").pop_front().unwrap_or(200);
+        wiremock::ResponseTemplate::new(status).set_body_raw(r#"{"ok":true}"#, "application/json")
+    }
+}
+
 impl Receiver {
-    pub async fn start(&self) -> LocalServer {
-        let me = self.clone();
-        serve(move |parts, body| {
-            let me = me.clone();
-            async move {
-                let key = parts
-                    .headers
-                    .get("idempotency-key")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_owned();
-                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                me.calls.lock().expect("calls").push((key, body));
-                let status = me.plan.lock().expect("plan").pop_front().unwrap_or(200);
-                respond(status, "application/json", r#"{"ok":true}"#)
-            }
-        })
-        .await
+    /// Serves it on a loopback port (wiremock) until the server is dropped.
+    pub async fn start(&self) -> wiremock::MockServer {
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(self.clone())
+            .mount(&server)
+            .await;
+        server
     }
 
     pub fn keys(&self) -> Vec<String> {
@@ -86,7 +90,7 @@ async fn delinquency_envelopes(servicing: &Servicing) -> Vec<Value> {
 
 fn collections(
     servicing: &Servicing,
-    receiver: &LocalServer,
+    receiver: &wiremock::MockServer,
     faults: Option<&FaultPlan>,
 ) -> CollectionsHandler {
     let store = match faults {
@@ -95,7 +99,7 @@ fn collections(
     };
     CollectionsHandler::new(
         store,
-        Notifier::new(&receiver.url(), Duration::from_secs(2)).expect("notifier"),
+        Notifier::new(&receiver.uri(), Duration::from_secs(2)).expect("notifier"),
     )
 }
 

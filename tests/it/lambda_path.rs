@@ -249,7 +249,7 @@ async fn when_samples_flow_through_the_whole_deployed_pipeline_should_notify_exa
         "collections",
         &[
             ("TABLE_NAME", &servicing.table),
-            ("NOTIFICATION_URL", &server.url()),
+            ("NOTIFICATION_URL", &server.uri()),
         ],
     )
     .await;

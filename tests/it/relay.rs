@@ -1,13 +1,12 @@
-//! The outbox relay against MiniStack: real stream records (written by the account-state
-//! handler) → PutEvents → a rule → a queue. Failures are injected by a stand-in EventBridge
-//! endpoint that forwards what it does not fail to MiniStack.
+//! The outbox relay: against MiniStack, real stream records (written by the account-state
+//! handler) → PutEvents → a rule → a queue, and quarantine and API payments through its store
+//! and SQS; with no engine, chunking, checkpoints and failures against an in-process
+//! EventBridge (wiremock) that fails on cue.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
-use aws_sdk_eventbridge::types::PutEventsRequestEntry;
-use integration_tests::http_server::{LocalServer, respond, serve};
 use integration_tests::routing::RoutedBus;
 use integration_tests::servicing::{Servicing, attr_s};
 use integration_tests::{Engine, streams};
@@ -117,90 +116,154 @@ async fn when_stream_records_are_relayed_should_route_every_outbox_event_to_the_
     assert_eq!(applied["detail"]["allocation"]["principal"], 21000);
 }
 
-/// What the stand-in does with its next `PutEvents` call.
+/// What the fake EventBridge does with its next `PutEvents` call (then: accept everything).
 #[derive(Debug, Clone, Copy)]
 enum Injected {
-    /// Fails the entry at this index (ThrottlingException), forwards the others.
+    /// Refuses the entry at this index (ThrottlingException), accepts the others.
     FailEntry(usize),
-    /// Answers HTTP 500 without forwarding anything.
+    /// Answers HTTP 500.
     ServerError,
 }
 
-/// A stand-in EventBridge endpoint: applies the queued faults, forwards the rest to MiniStack,
-/// and notes each entry's `TraceHeader` in `traces`.
-async fn faulty_eventbridge(
-    real: aws_sdk_eventbridge::Client,
+/// One `PutEvents` request as the fake saw it: per entry, its detail's `eventId` and its
+/// `TraceHeader`.
+type SentEntries = Vec<(String, Option<String>)>;
+
+/// An in-process EventBridge (wiremock): answers `PutEvents` from `plan`, notes every entry it
+/// was sent (with its `TraceHeader`) and which it accepted. The relay's chunking, checkpoints
+/// and failure handling need no engine; the happy path through MiniStack's EventBridge is the
+/// first test above.
+#[derive(Debug, Clone, Default)]
+struct FakeEventBridge {
     plan: Arc<Mutex<VecDeque<Injected>>>,
-    traces: Arc<Mutex<Vec<Option<String>>>>,
-) -> LocalServer {
-    serve(move |_parts, body| {
-        let real = real.clone();
-        let next = plan.lock().expect("plan").pop_front();
-        let traces = Arc::clone(&traces);
-        async move {
-            if let Some(Injected::ServerError) = next {
-                return respond(
+    requests: Arc<Mutex<Vec<SentEntries>>>,
+    accepted: Arc<Mutex<Vec<String>>>,
+}
+
+impl wiremock::Respond for FakeEventBridge {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).expect("PutEvents JSON");
+        let entries: SentEntries = body["Entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| {
+                let detail: Value =
+                    serde_json::from_str(e["Detail"].as_str().unwrap_or("{}")).unwrap_or_default();
+                (
+                    detail["eventId"].as_str().unwrap_or_default().to_owned(),
+                    e["TraceHeader"].as_str().map(str::to_owned),
+                )
+            })
+            .collect();
+        self.requests
+            .lock()
+            .expect("requests")
+            .push(entries.clone());
+        let json = |status: u16, body: Value| {
+            wiremock::ResponseTemplate::new(status)
+                .set_body_raw(body.to_string(), "application/x-amz-json-1.1")
+        };
+        let failing = match self.plan.lock().expect("plan").pop_front() {
+            Some(Injected::ServerError) => {
+                return json(
                     500,
-                    "application/x-amz-json-1.1",
-                    r#"{"__type":"InternalException","message":"injected"}"#,
+                    json!({"__type": "InternalException", "message": "injected"}),
                 );
             }
-            let request: Value = serde_json::from_slice(&body).expect("PutEvents JSON");
-            let entries = request["Entries"].as_array().expect("entries");
-            traces.lock().expect("traces").extend(
-                entries
-                    .iter()
-                    .map(|e| e["TraceHeader"].as_str().map(str::to_owned)),
-            );
-            let failing = match next {
-                Some(Injected::FailEntry(i)) => Some(i),
-                _ => None,
-            };
-            let forwarded: Vec<PutEventsRequestEntry> = entries
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| Some(*i) != failing)
-                .map(|(_, e)| {
-                    PutEventsRequestEntry::builder()
-                        .set_event_bus_name(e["EventBusName"].as_str().map(str::to_owned))
-                        .set_source(e["Source"].as_str().map(str::to_owned))
-                        .set_detail_type(e["DetailType"].as_str().map(str::to_owned))
-                        .set_detail(e["Detail"].as_str().map(str::to_owned))
-                        .build()
-                })
-                .collect();
-            let output = real
-                .put_events()
-                .set_entries(Some(forwarded))
-                .send()
-                .await
-                .expect("forward");
-            let mut answers: Vec<Value> = output
-                .entries()
-                .iter()
-                .map(|r| match r.error_code() {
-                    Some(code) => json!({"ErrorCode": code, "ErrorMessage": r.error_message()}),
-                    None => json!({"EventId": r.event_id()}),
-                })
-                .collect();
-            if let Some(i) = failing {
-                answers.insert(
-                    i,
-                    json!({"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"}),
-                );
-            }
-            let failed = answers
-                .iter()
-                .filter(|a| a.get("ErrorCode").is_some())
-                .count();
-            respond(
-                200,
-                "application/x-amz-json-1.1",
-                json!({"FailedEntryCount": failed, "Entries": answers}).to_string(),
+            Some(Injected::FailEntry(i)) => Some(i),
+            None => None,
+        };
+        let answers: Vec<Value> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (event_id, _))| {
+                if Some(i) == failing {
+                    json!({"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"})
+                } else {
+                    self.accepted
+                        .lock()
+                        .expect("accepted")
+                        .push(event_id.clone());
+                    json!({"EventId": format!("eb-{event_id}")})
+                }
+            })
+            .collect();
+        json(
+            200,
+            json!({"FailedEntryCount": usize::from(failing.is_some()), "Entries": answers}),
+        )
+    }
+}
+
+impl FakeEventBridge {
+    /// Serves it; returns the server (keep it) and an SDK config whose EventBridge calls reach it.
+    async fn start(&self) -> (wiremock::MockServer, aws_config::SdkConfig) {
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(self.clone())
+            .mount(&server)
+            .await;
+        let config = aws_setup::loader()
+            .endpoint_url(server.uri())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .load()
+            .await;
+        (server, config)
+    }
+
+    fn request_sizes(&self) -> Vec<usize> {
+        self.requests
+            .lock()
+            .expect("requests")
+            .iter()
+            .map(Vec::len)
+            .collect()
+    }
+
+    fn traces(&self) -> Vec<Option<String>> {
+        self.requests
+            .lock()
+            .expect("requests")
+            .iter()
+            .flatten()
+            .map(|(_, trace)| trace.clone())
+            .collect()
+    }
+}
+
+/// A relay over `config`'s EventBridge whose store is never reached (nothing to quarantine).
+fn relay_without_engine(config: &aws_config::SdkConfig) -> OutboxRelay {
+    let nowhere = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(config)
+            .endpoint_url("http://127.0.0.1:9")
+            .build(),
+    );
+    let store = servicing_store::ServicingStore::new(
+        nowhere,
+        servicing_store::StoreConfig::new("unused", CONSUMER),
+    );
+    OutboxRelay::new(aws_sdk_eventbridge::Client::new(config), store, "bus")
+}
+
+/// `n` outbox inserts of `bytes`-sized details, sequence numbers 1..=n.
+fn outbox_records(n: usize, bytes: usize) -> Vec<EventRecord> {
+    (1..=n)
+        .map(|i| {
+            let event_id = format!("evt_{i:03}");
+            let detail = json!({"eventId": event_id, "pad": "x".repeat(bytes)}).to_string();
+            outbox_record(
+                &i.to_string(),
+                &event_id,
+                ("servicing.account-state", "FeeAssessed"),
+                None,
+                detail,
             )
-        }
-    })
-    .await
+        })
+        .collect()
 }
 
 /// Notes the body of every request its SQS client sends (MiniStack keeps no `AWSTraceHeader`, so
@@ -229,37 +292,40 @@ impl aws_sdk_sqs::config::Intercept for SentBodies {
     }
 }
 
-/// The stand-in endpoint and an SDK config whose EventBridge calls go through it.
-async fn proxied_eventbridge(
-    config: &aws_config::SdkConfig,
-    plan: Arc<Mutex<VecDeque<Injected>>>,
-    traces: Arc<Mutex<Vec<Option<String>>>>,
-) -> (LocalServer, aws_config::SdkConfig) {
-    let proxy = faulty_eventbridge(aws_sdk_eventbridge::Client::new(config), plan, traces).await;
-    let proxied = aws_setup::loader()
-        .endpoint_url(proxy.url())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-            "test", "test", None, None, "test",
-        ))
-        .load()
+#[tokio::test]
+async fn when_records_are_many_or_large_should_send_at_most_10_entries_and_256_kb_per_request() {
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    let report = relay_without_engine(&config)
+        .relay(&outbox_records(25, 100))
         .await;
-    (proxy, proxied)
+    assert_eq!((report.published, report.checkpoint.clone()), (25, None));
+    assert_eq!(fake.request_sizes(), [10, 10, 5]);
+
+    // 100 KB details: two fit one request, a third would pass EventBridge's 256 KB.
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    let report = relay_without_engine(&config)
+        .relay(&outbox_records(5, 100 * 1024))
+        .await;
+    assert_eq!((report.published, report.checkpoint.clone()), (5, None));
+    assert_eq!(fake.request_sizes(), [2, 2, 1]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[tokio::test]
 async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_failed_record_and_lose_nothing()
  {
-    let config = Engine::MiniStack.sdk_config().await;
-    let servicing = Servicing::new(Engine::MiniStack).await;
-    let (records, outbox) = sample_stream(&servicing).await;
-    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
-    let plan = Arc::new(Mutex::new(VecDeque::new()));
-    let (_proxy, proxied) = proxied_eventbridge(&config, Arc::clone(&plan), Arc::default()).await;
-    let relay = relay_with(&servicing, &proxied, &routed.bus);
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    let relay = relay_without_engine(&config);
+    let records = outbox_records(11, 100);
+    let outbox: Vec<String> = (1..=11).map(|i| format!("evt_{i:03}")).collect();
 
     // Partial failure: the 4th entry of the first request is refused.
-    plan.lock().expect("plan").push_back(Injected::FailEntry(3));
+    fake.plan
+        .lock()
+        .expect("plan")
+        .push_back(Injected::FailEntry(3));
     let report = relay.relay(&records).await;
     let checkpoint = sequence_of(&records, &outbox[3]);
     assert_eq!(report.checkpoint.as_deref(), Some(checkpoint.as_str()));
@@ -270,14 +336,18 @@ async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_
         Some(checkpoint.as_str())
     );
     assert_eq!(report.published, 3);
+    assert_eq!(report.failed, 8, "the checkpoint and everything after it");
 
-    // Lambda retries from the checkpoint; this time EventBridge is down for every SDK attempt.
+    // Lambda retries from the checkpoint; this time EventBridge answers 500 to every attempt.
     let from = records
         .iter()
         .position(|r| r.change.sequence_number.as_deref() == Some(&checkpoint))
         .expect("position");
     for _ in 0..3 {
-        plan.lock().expect("plan").push_back(Injected::ServerError);
+        fake.plan
+            .lock()
+            .expect("plan")
+            .push_back(Injected::ServerError);
     }
     let report = relay.relay(&records[from..]).await;
     assert_eq!(
@@ -287,7 +357,7 @@ async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_
     );
     assert_eq!(report.published, 0);
     assert_eq!(
-        plan.lock().expect("plan").len(),
+        fake.plan.lock().expect("plan").len(),
         0,
         "the SDK retried before giving up"
     );
@@ -297,14 +367,14 @@ async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_
     assert_eq!(report.checkpoint, None);
     assert_eq!(report.published, 8);
 
-    let envelopes = routed.drain().await;
+    let accepted = fake.accepted.lock().expect("accepted").clone();
     assert_eq!(
-        event_ids(&envelopes),
+        accepted.iter().cloned().collect::<BTreeSet<_>>(),
         outbox.iter().cloned().collect(),
         "nothing lost"
     );
     assert!(
-        envelopes.len() > outbox.len(),
+        accepted.len() > outbox.len(),
         "entries after the failed one were published twice (accepted)"
     );
 }
@@ -370,7 +440,6 @@ async fn when_an_outbox_record_can_never_be_published_should_quarantine_it_and_m
 async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per_account() {
     let config = Engine::MiniStack.sdk_config().await;
     let servicing = Servicing::new(Engine::MiniStack).await;
-    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
     let sqs = aws_sdk_sqs::Client::new(&config);
     let (servicing_url, _) = integration_tests::lambda::queue(&sqs, "servicing", true).await;
     let sent = SentBodies::default();
@@ -397,10 +466,10 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
         payment("1", "op_a", "acc_api_1"),
         payment("2", "op_b", "acc_api_2"),
     ];
-    let traces = Arc::new(Mutex::new(Vec::new()));
-    let (_proxy, proxied) = proxied_eventbridge(&config, Arc::default(), Arc::clone(&traces)).await;
-    let relay = relay_with(&servicing, &proxied, &routed.bus)
-        .with_servicing_queue(relay_sqs, &servicing_url);
+    let fake = FakeEventBridge::default();
+    let (_server, fake_config) = fake.start().await;
+    let relay =
+        relay_with(&servicing, &fake_config, "bus").with_servicing_queue(relay_sqs, &servicing_url);
     let report = relay.relay(&records).await;
     assert_eq!(
         (report.published, report.checkpoint.clone()),
@@ -462,11 +531,10 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
         [json!(trace("001")), json!(trace("002"))],
         "SendMessageBatch carries each API payment's trace header"
     );
+    // The bus still gets them (other consumers may listen), with their trace.
     assert_eq!(
-        *traces.lock().expect("traces"),
+        fake.traces(),
         [Some(trace("001")), Some(trace("002"))],
         "PutEvents carries each outbox item's trace header"
     );
-    // The bus still gets them (other consumers may listen), as before.
-    assert_eq!(event_ids(&routed.drain().await).len(), 2);
 }

@@ -64,7 +64,7 @@ async fn when_the_sample_events_are_handled_should_open_pay_relay_and_notify() {
     let server = receiver.start().await;
     let collections = CollectionsHandler::new(
         servicing.store(collections_handler::CONSUMER),
-        Notifier::new(&server.url(), Duration::from_secs(2)).expect("notifier"),
+        Notifier::new(&server.uri(), Duration::from_secs(2)).expect("notifier"),
     );
     let delinquency: SqsEvent =
         serde_json::from_str(&sample("collections", "sqs-delinquency-changed.json"))

@@ -68,7 +68,6 @@ pub fn unique_name(prefix: &str) -> String {
 
 pub mod api_gateway;
 pub mod faults;
-pub mod http_server;
 pub mod lambda;
 pub mod routing;
 pub mod servicing;
