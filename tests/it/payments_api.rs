@@ -399,7 +399,17 @@ async fn when_20_concurrent_posts_share_one_key_should_store_one_outbox_item(eng
         1,
         "every 202 answers the same operation"
     );
-    assert_eq!(api_outbox(&servicing).await.len(), 1);
+    let outbox = api_outbox(&servicing).await;
+    assert_eq!(outbox.len(), 1);
+    // The event is the domain's canonical form plus the transport fields the contract
+    // tolerates: what the consumer decodes and fingerprints is exactly what the API wrote.
+    let mut detail: Value =
+        serde_json::from_str(attr_s(&outbox[0], "detail").expect("detail")).expect("json");
+    let decoded = ServicingEvent::decode(detail.to_string().as_bytes()).expect("a contract event");
+    let object = detail.as_object_mut().expect("object");
+    assert_eq!(object.remove("reference"), Some(json!("race")));
+    assert!(object.remove("eventId").is_some());
+    assert_eq!(detail, decoded.canonical_json());
 }
 
 async fn when_a_role_retries_from_another_session_should_replay_not_pay_twice(engine: Engine) {

@@ -12,14 +12,15 @@
 pub mod command;
 mod config;
 mod problem;
+pub mod responses;
 
 use std::time::Duration;
 
-use chrono::{SecondsFormat, Utc};
+use chrono::Utc;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
-use serde_json::{Value, json};
-use servicing_domain::{AccountId, SourceRef};
+use serde_json::json;
+use servicing_domain::{AccountId, EventKind, Money, ServicingEvent, SourceRef};
 use servicing_store::{CommandOutcome, OutboxEntry, ServicingStore, StoreError, StoredResponse};
 use sha2::{Digest, Sha256};
 
@@ -103,7 +104,10 @@ impl PaymentsApi {
             event_id: key.source_event_id(),
         };
         let now = chrono::DateTime::<Utc>::from(std::time::SystemTime::now());
-        let event_time = command.event_time.unwrap_or(now);
+        // Server-stamped business time to the millisecond (a readable, stable event).
+        let event_time = command.event_time.unwrap_or_else(|| {
+            chrono::DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now)
+        });
         let skew = chrono::Duration::from_std(servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW)
             .unwrap_or(chrono::Duration::MAX);
         if now
@@ -123,33 +127,33 @@ impl PaymentsApi {
                 format!("{}\n{}", principal.scope(), key.as_str()).as_bytes()
             ))[..24]
         );
-        let event = json!({
-            "schemaVersion": 1,
-            "sourceSystem": source.system,
-            "sourceEventId": source.event_id,
-            "eventType": "PAYMENT_SETTLED",
-            "accountId": command.account_id.as_str(),
-            "eventTime": event_time.to_rfc3339_opts(SecondsFormat::Millis, true),
-            "amountMinor": command.amount.minor(),
-            "currency": command.currency,
-            // Transport fields: tolerated by the contract, not part of the event's fingerprint.
-            "eventId": operation_id,
-            "reference": command.reference,
-        });
-        let body = json!({
-            "operationId": operation_id,
-            "status": "accepted",
-            "sourceSystem": source.system,
-            "sourceEventId": source.event_id,
-            "payment": {
-                "accountId": command.account_id.as_str(),
-                "amountMinor": command.amount.minor(),
-                "currency": command.currency,
-                "reference": command.reference,
-                "eventTime": event["eventTime"],
+        // The domain's canonical form (what the consumer fingerprints), plus the transport
+        // fields the contract tolerates.
+        let event = ServicingEvent {
+            source: source.clone(),
+            account_id: command.account_id.clone(),
+            event_time,
+            transport_event_id: Some(operation_id.clone()),
+            kind: EventKind::PaymentSettled {
+                amount: Money::new(command.amount, command.currency),
+            },
+        };
+        let mut wire = event.canonical_json();
+        wire["eventId"] = json!(operation_id);
+        wire["reference"] = json!(command.reference);
+        let body = serde_json::to_string(&responses::Accepted {
+            operation_id: operation_id.clone(),
+            status: "accepted",
+            fact: responses::FactRef::from(&source),
+            payment: responses::AcceptedPayment {
+                account_id: command.account_id.clone(),
+                amount_minor: command.amount.minor(),
+                currency: command.currency,
+                reference: command.reference.clone(),
+                event_time: wire["eventTime"].as_str().unwrap_or_default().to_owned(),
             },
         })
-        .to_string();
+        .expect("plain data serializes");
         let stored = StoredResponse {
             request_fingerprint: fingerprint.clone(),
             status: 202,
@@ -160,7 +164,7 @@ impl PaymentsApi {
             source: EVENT_SOURCE.to_owned(),
             detail_type: DETAIL_TYPE.to_owned(),
             account_id: command.account_id.clone(),
-            detail: event,
+            detail: wire,
         };
 
         // Concurrent first requests with one key: one commits, the others see its record. While
@@ -235,21 +239,9 @@ impl PaymentsApi {
         let Some((a, version)) = loan.and_then(|l| Some((l.account?, l.version))) else {
             return Err(unknown_account(&id));
         };
-        let body = json!({
-            "accountId": a.account_id,
-            "currency": a.currency,
-            "principalOutstandingMinor": a.principal_outstanding_minor,
-            "interestOutstandingMinor": a.interest_outstanding_minor,
-            "feesOutstandingMinor": a.fees_outstanding_minor,
-            "creditBalanceMinor": a.credit_balance_minor,
-            "totalOutstandingMinor": a.total_outstanding_minor(),
-            "creditLimitMinor": a.credit_limit_minor,
-            "dpd": a.dpd,
-            "delinquencyBucket": a.delinquency_bucket,
-            "businessDate": a.business_date,
-            "version": version,
-        });
-        Ok(json_response(200, &body.to_string(), false))
+        let body = serde_json::to_string(&responses::LoanView::new(&a, version))
+            .expect("plain data serializes");
+        Ok(json_response(200, &body, false))
     }
 
     async fn get_allocations(&self, account: &str) -> Result<Response<Body>, Problem> {
@@ -264,27 +256,20 @@ impl PaymentsApi {
         {
             return Err(unknown_account(&id));
         }
-        let allocations: Vec<Value> = self
+        let allocations = self
             .store
             .allocations(&id)
             .await
             .map_err(store_problem)?
             .into_iter()
-            .map(|a| {
-                json!({
-                    "payment": {"sourceSystem": a.payment.system, "sourceEventId": a.payment.event_id},
-                    "amountMinor": a.amount_minor,
-                    "currency": a.currency,
-                    "allocation": a.allocation,
-                    "installmentsPaid": a.installments_paid,
-                    "appliedOn": a.applied_on,
-                    "reversed": a.reversed_by.is_some(),
-                    "reversedBy": a.reversed_by.map(|r| json!({"sourceSystem": r.system, "sourceEventId": r.event_id})),
-                })
-            })
+            .map(responses::AllocationView::from)
             .collect();
-        let body = json!({"accountId": id, "allocations": allocations});
-        Ok(json_response(200, &body.to_string(), false))
+        let body = serde_json::to_string(&responses::AllocationsView {
+            account_id: id,
+            allocations,
+        })
+        .expect("plain data serializes");
+        Ok(json_response(200, &body, false))
     }
 }
 
