@@ -321,7 +321,7 @@ async fn when_dependent_facts_arrive_early_in_any_batch_cut_should_reach_the_in_
                 .await
                 .expect("claim read")
                 .unwrap_or_else(|| panic!("{context}: {} has no claim", event.source));
-                let verdict = attr_s(&claim, "verdict").unwrap_or_default().to_owned();
+                let verdict = claim.verdict;
                 *verdicts.entry(verdict).or_default() += 1;
             }
             let verdict = |v: &str| verdicts.get(v).copied().unwrap_or_default();

@@ -15,6 +15,7 @@ pub mod report;
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use servicing_store::schema::ClaimRecord;
 
 pub type Item = HashMap<String, AttributeValue>;
 
@@ -84,12 +85,13 @@ async fn scan_segment(
         .map_err(failed(format!("scan of {table} failed")))
 }
 
-/// The claim account-state holds for `source`, if any (consistent read; key layout from the store).
+/// The claim account-state holds for `source`, if any (consistent read; key layout and record
+/// from the store).
 pub async fn account_state_claim(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     source: &servicing_domain::SourceRef,
-) -> Result<Option<Item>, String> {
+) -> Result<Option<ClaimRecord>, String> {
     let key = servicing_store::items::key_item(servicing_store::items::claim_key(
         "account-state",
         source,
@@ -101,8 +103,13 @@ pub async fn account_state_claim(
         .consistent_read(true)
         .send()
         .await
-        .map(|got| got.item)
-        .map_err(failed(format!("cannot read the claim of {source}")))
+        .map_err(failed(format!("cannot read the claim of {source}")))?
+        .item
+        .map(|item| {
+            servicing_store::schema::from_item(item)
+                .map_err(|e| format!("the claim of {source} does not decode: {e}"))
+        })
+        .transpose()
 }
 
 pub fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {

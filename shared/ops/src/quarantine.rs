@@ -4,7 +4,9 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::SourceRef;
 
-use crate::{Item, account_state_claim, epoch_seconds, failed, number, scan_types, text};
+use servicing_store::schema::{self, QuarantineRecord};
+
+use crate::{Item, account_state_claim, epoch_seconds, failed, scan_types, text};
 
 /// One quarantine item, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,26 +25,21 @@ pub struct Quarantined {
 }
 
 impl Quarantined {
-    fn from_item(item: &Item) -> Self {
-        let get = |name: &str| text(item, name).unwrap_or_default().to_owned();
-        Self {
-            id: format!("{}|{}", get("pk"), get("sk")),
-            consumer: get("consumer"),
-            code: get("code"),
-            reason: get("reason"),
-            message_id: get("messageId"),
-            source: match (text(item, "sourceSystem"), text(item, "sourceEventId")) {
-                (Some(system), Some(event_id)) => Some(SourceRef {
-                    system: system.to_owned(),
-                    event_id: event_id.to_owned(),
-                }),
-                _ => None,
-            },
-            account_id: text(item, "accountId").map(str::to_owned),
-            quarantined_at_ms: number(item, "quarantinedAt").unwrap_or_default(),
-            redrive_count: number(item, "redriveCount").unwrap_or_default(),
-            raw_body: get("rawBody"),
-        }
+    fn from_item(item: Item) -> Result<Self, String> {
+        let r: QuarantineRecord = schema::from_item(item)
+            .map_err(|e| format!("a quarantine item does not decode: {e}"))?;
+        Ok(Self {
+            id: format!("{}|{}", r.pk, r.sk),
+            source: r.source(),
+            consumer: r.consumer,
+            code: r.code,
+            reason: r.reason,
+            message_id: r.message_id,
+            account_id: r.account_id,
+            quarantined_at_ms: r.quarantined_at,
+            redrive_count: r.redrive_count.unwrap_or_default(),
+            raw_body: r.raw_body,
+        })
     }
 }
 
@@ -52,14 +49,17 @@ pub async fn list(
     table: &str,
     consumer: Option<&str>,
 ) -> Result<Vec<Quarantined>, String> {
-    let mut all: Vec<Quarantined> = scan_types(client, table, &["QUARANTINE"])
+    let mut all: Vec<Quarantined> = scan_types(client, table, &[QuarantineRecord::ITEM_TYPE])
         .await?
-        .remove("QUARANTINE")
+        .remove(QuarantineRecord::ITEM_TYPE)
         .unwrap_or_default()
-        .iter()
+        .into_iter()
         .map(Quarantined::from_item)
-        .filter(|q| consumer.is_none_or(|c| q.consumer == c))
-        .collect();
+        .filter(|q| {
+            q.as_ref()
+                .map_or(true, |q| consumer.is_none_or(|c| q.consumer == c))
+        })
+        .collect::<Result<_, _>>()?;
     all.sort_by(|a, b| (a.quarantined_at_ms, &a.id).cmp(&(b.quarantined_at_ms, &b.id)));
     Ok(all)
 }
@@ -86,9 +86,9 @@ pub async fn inspect(
         .await
         .map_err(failed(format!("cannot read {id}")))?;
     got.item
-        .filter(|i| text(i, "itemType") == Some("QUARANTINE"))
-        .map(|i| Quarantined::from_item(&i))
-        .ok_or_else(|| format!("no quarantine item {id}"))
+        .filter(|i| text(i, "itemType") == Some(QuarantineRecord::ITEM_TYPE))
+        .map(Quarantined::from_item)
+        .ok_or_else(|| format!("no quarantine item {id}"))?
 }
 
 /// What a redrive did.
@@ -136,7 +136,7 @@ pub async fn redrive(
     let mut released_claim = false;
     if let Some(source) = &q.source {
         let claim = account_state_claim(client, table, source).await?;
-        match claim.as_ref().and_then(|c| text(c, "verdict")) {
+        match claim.as_ref().map(|c| c.verdict.as_str()) {
             None => {
                 // Unclaimed: never applied — unless it was applied after it was quarantined and
                 // that claim has expired since. Any claim made after the quarantine lives until
@@ -158,9 +158,8 @@ pub async fn redrive(
             Some("REJECTED") => {
                 let fingerprint = claim
                     .as_ref()
-                    .and_then(|c| text(c, "fingerprint"))
-                    .unwrap_or_default()
-                    .to_owned();
+                    .map(|c| c.fingerprint.clone())
+                    .unwrap_or_default();
                 client
                     .delete_item()
                     .table_name(table)

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use servicing_domain::{Fingerprint, ServicingEvent, SourceRef};
+use servicing_store::schema::{self, ClaimRecord, QuarantineRecord};
 
 use crate::{Item, number, scan_types, text};
 
@@ -109,11 +110,25 @@ impl Reconciliation {
     }
 }
 
-fn source_of(item: &Item) -> Option<SourceRef> {
-    Some(SourceRef {
-        system: text(item, "sourceSystem")?.to_owned(),
-        event_id: text(item, "sourceEventId")?.to_owned(),
-    })
+/// The items of one record type, decoded; an item that does not decode is a problem to report.
+fn decoded<T: serde::de::DeserializeOwned>(
+    items: Vec<Item>,
+    what: &str,
+    problems: &mut Vec<String>,
+) -> Vec<T> {
+    items
+        .into_iter()
+        .filter_map(|item| {
+            let key = format!(
+                "{} / {}",
+                text(&item, "pk").unwrap_or("?"),
+                text(&item, "sk").unwrap_or("?")
+            );
+            schema::from_item(item)
+                .map_err(|e| problems.push(format!("{what} {key} does not decode: {e}")))
+                .ok()
+        })
+        .collect()
 }
 
 /// Reconciles `consumer` over `window`; with `source` (the producer's stream, one body per
@@ -125,111 +140,133 @@ pub async fn reconcile(
     window: (i64, i64),
     source: Option<&[Vec<u8>]>,
 ) -> Result<Reconciliation, String> {
-    let mut items = scan_types(client, table, &["CLAIM", "QUARANTINE", "ALLOCATION"]).await?;
+    let mut items = scan_types(
+        client,
+        table,
+        &[
+            ClaimRecord::ITEM_TYPE,
+            QuarantineRecord::ITEM_TYPE,
+            "ALLOCATION",
+        ],
+    )
+    .await?;
     let mut of_type = |t: &str| items.remove(t).unwrap_or_default();
-    let of_consumer = |item: &Item| text(item, "consumer") == Some(consumer);
-    let claims: Vec<Item> = of_type("CLAIM").into_iter().filter(of_consumer).collect();
-    let quarantine: Vec<Item> = of_type("QUARANTINE")
-        .into_iter()
-        .filter(of_consumer)
-        .collect();
-    let allocations = of_type("ALLOCATION");
-
     let mut report = Reconciliation {
         consumer: consumer.to_owned(),
         window,
         ..Reconciliation::default()
     };
-    let claims_by_source: HashMap<SourceRef, &Item> = claims
+    let claims: Vec<ClaimRecord> = decoded(
+        of_type(ClaimRecord::ITEM_TYPE),
+        "claim",
+        &mut report.problems,
+    )
+    .into_iter()
+    .filter(|c: &ClaimRecord| c.consumer == consumer)
+    .collect();
+    let quarantine: Vec<QuarantineRecord> = decoded(
+        of_type(QuarantineRecord::ITEM_TYPE),
+        "quarantine item",
+        &mut report.problems,
+    )
+    .into_iter()
+    .filter(|q: &QuarantineRecord| q.consumer == consumer)
+    .collect();
+    // Allocations stay raw: the money check must see a tampered part, not fail to decode it.
+    let allocations = of_type("ALLOCATION");
+
+    let claims_by_source: HashMap<SourceRef, &ClaimRecord> =
+        claims.iter().map(|c| (c.source(), c)).collect();
+    let quarantined_by_source: HashMap<SourceRef, &QuarantineRecord> = quarantine
         .iter()
-        .filter_map(|c| Some((source_of(c)?, c)))
-        .collect();
-    let quarantined_by_source: HashMap<SourceRef, &Item> = quarantine
-        .iter()
-        .filter_map(|q| Some((source_of(q)?, q)))
+        .filter_map(|q| Some((q.source()?, q)))
         .collect();
 
     // Which claims and quarantine items are in scope.
-    let (scoped_claims, scoped_quarantine): (Vec<&Item>, Vec<&Item>) = match source {
-        Some(bodies) => {
-            let mut counts = SourceCounts {
-                events: bodies.len() as u64,
-                ..SourceCounts::default()
-            };
-            let mut seen: BTreeMap<SourceRef, Fingerprint> = BTreeMap::new();
-            for body in bodies {
-                match ServicingEvent::decode(body) {
-                    Err(_) => counts.undecodable += 1,
-                    Ok(event) => {
-                        let fp = Fingerprint::of(&event);
-                        match seen.get(&event.source) {
-                            Some(first) if *first != fp => report.problems.push(format!(
-                                "the source itself carries {} twice with different payloads",
-                                event.source
-                            )),
-                            _ => {}
+    let (scoped_claims, scoped_quarantine): (Vec<&ClaimRecord>, Vec<&QuarantineRecord>) =
+        match source {
+            Some(bodies) => {
+                let mut counts = SourceCounts {
+                    events: bodies.len() as u64,
+                    ..SourceCounts::default()
+                };
+                let mut seen: BTreeMap<SourceRef, Fingerprint> = BTreeMap::new();
+                for body in bodies {
+                    match ServicingEvent::decode(body) {
+                        Err(_) => counts.undecodable += 1,
+                        Ok(event) => {
+                            let fp = Fingerprint::of(&event);
+                            match seen.get(&event.source) {
+                                Some(first) if *first != fp => report.problems.push(format!(
+                                    "the source itself carries {} twice with different payloads",
+                                    event.source
+                                )),
+                                _ => {}
+                            }
+                            seen.entry(event.source).or_insert(fp);
                         }
-                        seen.entry(event.source).or_insert(fp);
                     }
                 }
-            }
-            counts.unique = seen.len() as u64;
-            counts.duplicates = counts.events - counts.unique - counts.undecodable;
-            let mut scoped_claims = Vec::new();
-            let mut scoped_quarantine = Vec::new();
-            for (identity, fingerprint) in &seen {
-                if let Some(claim) = claims_by_source.get(identity) {
-                    if text(claim, "fingerprint") != Some(fingerprint.as_str()) {
-                        report.problems.push(format!(
+                counts.unique = seen.len() as u64;
+                counts.duplicates = counts.events - counts.unique - counts.undecodable;
+                let mut scoped_claims = Vec::new();
+                let mut scoped_quarantine = Vec::new();
+                for (identity, fingerprint) in &seen {
+                    if let Some(claim) = claims_by_source.get(identity) {
+                        if claim.fingerprint != fingerprint.as_str() {
+                            report.problems.push(format!(
                             "{identity}: the source's payload differs from the one applied (collision)"
                         ));
-                    }
-                    scoped_claims.push(*claim);
-                } else if let Some(q) = quarantined_by_source.get(identity) {
-                    scoped_quarantine.push(*q);
-                } else {
-                    counts.unaccounted += 1;
-                    report.problems.push(format!(
+                        }
+                        scoped_claims.push(*claim);
+                    } else if let Some(q) = quarantined_by_source.get(identity) {
+                        scoped_quarantine.push(*q);
+                    } else {
+                        counts.unaccounted += 1;
+                        report.problems.push(format!(
                         "{identity}: neither claimed nor quarantined (lost, or not processed yet)"
                     ));
+                    }
                 }
+                report.collisions = quarantine
+                    .iter()
+                    .filter(|q| q.code == "collision")
+                    .filter(|q| q.source().is_some_and(|s| seen.contains_key(&s)))
+                    .count() as u64;
+                report.source = Some(counts);
+                (scoped_claims, scoped_quarantine)
             }
-            report.collisions = quarantine
-                .iter()
-                .filter(|q| text(q, "code") == Some("collision"))
-                .filter(|q| source_of(q).is_some_and(|s| seen.contains_key(&s)))
-                .count() as u64;
-            report.source = Some(counts);
-            (scoped_claims, scoped_quarantine)
-        }
-        None => {
-            let in_window = |t: Option<i64>| t.is_some_and(|t| t >= window.0 && t < window.1);
-            // A collision's identity has the first fact's claim: counted on its own.
-            report.collisions = quarantine
-                .iter()
-                .filter(|q| in_window(number(q, "quarantinedAt").map(|ms| ms / 1000)))
-                .filter(|q| text(q, "code") == Some("collision"))
-                .count() as u64;
-            (
-                claims
+            None => {
+                let in_window = |t: Option<i64>| t.is_some_and(|t| t >= window.0 && t < window.1);
+                // A collision's identity has the first fact's claim: counted on its own.
+                report.collisions = quarantine
                     .iter()
-                    .filter(|c| in_window(number(c, "claimedAt")))
-                    .collect(),
-                quarantine
-                    .iter()
-                    .filter(|q| in_window(number(q, "quarantinedAt").map(|ms| ms / 1000)))
-                    .filter(|q| source_of(q).is_none_or(|s| !claims_by_source.contains_key(&s)))
-                    .collect(),
-            )
-        }
-    };
+                    .filter(|q| in_window(Some(q.quarantined_at / 1000)))
+                    .filter(|q| q.code == "collision")
+                    .count() as u64;
+                (
+                    claims
+                        .iter()
+                        .filter(|c| in_window(Some(c.claimed_at)))
+                        .collect(),
+                    quarantine
+                        .iter()
+                        .filter(|q| in_window(Some(q.quarantined_at / 1000)))
+                        .filter(|q| {
+                            q.source()
+                                .is_none_or(|s| !claims_by_source.contains_key(&s))
+                        })
+                        .collect(),
+                )
+            }
+        };
 
     for claim in &scoped_claims {
-        match text(claim, "verdict") {
-            Some("APPLIED") => report.applied += 1,
-            Some("STALE") => report.stale += 1,
-            Some("REJECTED") => report.rejected += 1,
-            Some("PARKED") => report.parked += 1,
+        match claim.verdict.as_str() {
+            "APPLIED" => report.applied += 1,
+            "STALE" => report.stale += 1,
+            "REJECTED" => report.rejected += 1,
+            "PARKED" => report.parked += 1,
             other => report
                 .problems
                 .push(format!("claim with unknown verdict {other:?}")),
@@ -271,18 +308,15 @@ pub async fn reconcile(
         }
     }
     if consumer == "account-state" {
-        for claim in scoped_claims.iter().filter(|c| {
-            text(c, "verdict") == Some("APPLIED") && text(c, "eventType") == Some("PAYMENT_SETTLED")
-        }) {
+        for claim in scoped_claims
+            .iter()
+            .filter(|c| c.verdict == "APPLIED" && c.event_type == "PAYMENT_SETTLED")
+        {
             report.payments_checked += 1;
-            let key = (
-                format!("LOAN#{}", text(claim, "accountId").unwrap_or_default()),
-                format!(
-                    "ALLOC#{}#{}",
-                    text(claim, "sourceSystem").unwrap_or_default(),
-                    text(claim, "sourceEventId").unwrap_or_default()
-                ),
-            );
+            let key = match servicing_domain::AccountId::parse(&claim.account_id) {
+                Ok(account) => servicing_store::items::allocation_key(&account, &claim.source()),
+                Err(_) => (format!("LOAN#{}", claim.account_id), String::new()),
+            };
             if !allocation_keys.contains(&key) {
                 report.problems.push(format!(
                     "applied payment {} / {} has no allocation",

@@ -5,7 +5,7 @@
 
 use servicing_domain::{ServicingEvent, SourceRef};
 
-use crate::{account_state_claim, epoch_seconds, failed, number};
+use crate::{account_state_claim, epoch_seconds, failed};
 
 /// SQS keeps a message at most 14 days: a sent fact may be delivered that late.
 pub const QUEUE_RETENTION_SECS: i64 = 14 * 86_400;
@@ -36,7 +36,7 @@ pub async fn claim_window(
     now: i64,
 ) -> Result<ClaimWindow, String> {
     let claim = account_state_claim(client, table, source).await?;
-    Ok(match claim.as_ref().and_then(|c| number(c, "expiresAt")) {
+    Ok(match claim.map(|c| c.expires_at) {
         Some(expires) if expires > now + QUEUE_RETENTION_SECS => ClaimWindow::Covered,
         Some(expires) if expires > now => ClaimWindow::ExpiresFirst(expires),
         _ => ClaimWindow::Unclaimed,

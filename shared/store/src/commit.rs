@@ -221,7 +221,7 @@ impl ServicingStore {
                 Effect::Reject(_) => Verdict::Rejected,
                 Effect::Park => Verdict::Parked,
             };
-            let claim = items::claim_item(&self.config.consumer, unit, verdict, now, expires_at);
+            let claim = items::claim_item(&self.config.consumer, unit, verdict, now, expires_at)?;
             if unit.released {
                 // Its own PARKED claim (or none, if an operator removed it): the loan's version
                 // condition guarantees the fact is still parked.
@@ -261,7 +261,7 @@ impl ServicingStore {
                     transaction.push(Role::Evidence(i), self.put(item, Some(CREATE_ONLY))?);
                 }
                 Effect::Reject(entry) => {
-                    let item = self.quarantine_item(entry, now_millis);
+                    let item = self.quarantine_item(entry, now_millis)?;
                     transaction.push(Role::Plain, self.put(item, None)?);
                 }
                 Effect::Intent(None) | Effect::Stale | Effect::Park => {}

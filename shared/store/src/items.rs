@@ -190,18 +190,22 @@ pub fn claim_item(
     verdict: Verdict,
     now: i64,
     expires_at: i64,
-) -> Item {
-    let mut item = with_key(Item::new(), claim_key(consumer, unit.source), "CLAIM");
-    item.insert("consumer".into(), s(consumer));
-    item.insert("sourceSystem".into(), s(&unit.source.system));
-    item.insert("sourceEventId".into(), s(&unit.source.event_id));
-    item.insert("eventType".into(), s(unit.event_type));
-    item.insert("accountId".into(), s(unit.account_id.as_str()));
-    item.insert(FINGERPRINT.into(), s(unit.fingerprint.as_str()));
-    item.insert(VERDICT.into(), s(verdict.as_str()));
-    item.insert("claimedAt".into(), n(now));
-    item.insert(EXPIRES_AT.into(), n(expires_at));
-    item
+) -> Result<Item, StoreError> {
+    let (pk, sk) = claim_key(consumer, unit.source);
+    crate::schema::to_item(&crate::schema::ClaimRecord {
+        pk,
+        sk,
+        item_type: crate::schema::ClaimRecord::ITEM_TYPE.into(),
+        consumer: consumer.into(),
+        source_system: unit.source.system.clone(),
+        source_event_id: unit.source.event_id.clone(),
+        event_type: unit.event_type.into(),
+        account_id: unit.account_id.as_str().into(),
+        fingerprint: unit.fingerprint.as_str().into(),
+        verdict: verdict.as_str().into(),
+        claimed_at: now,
+        expires_at,
+    })
 }
 
 /// The account a claim says its fact was applied on, when that is another than `account`.

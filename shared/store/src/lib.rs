@@ -26,6 +26,7 @@ mod loans;
 mod parked;
 mod quarantine;
 mod recent;
+pub mod schema;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

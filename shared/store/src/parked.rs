@@ -75,7 +75,7 @@ impl ServicingStore {
             };
             request = request
                 .transact_items(TransactWriteItem::builder().delete(claim).build())
-                .transact_items(self.put(self.quarantine_item(&entry, now_millis), None)?);
+                .transact_items(self.put(self.quarantine_item(&entry, now_millis)?, None)?);
         }
         match request.send().await {
             Ok(_) => Ok(true),

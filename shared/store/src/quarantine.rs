@@ -3,7 +3,7 @@
 use servicing_domain::{AccountId, Fingerprint, SourceRef};
 
 use crate::errors::classify;
-use crate::items::{self, Item, n, s};
+use crate::items::{self, Item};
 use crate::{ServicingStore, StoreError, now_epoch};
 
 /// A message that will not be applied, as stored for operators.
@@ -48,7 +48,7 @@ impl ServicingStore {
         self.client
             .put_item()
             .table_name(&self.config.table)
-            .set_item(Some(self.quarantine_item(entry, now_millis)))
+            .set_item(Some(self.quarantine_item(entry, now_millis)?))
             .send()
             .await
             .map_err(classify)?;
@@ -57,39 +57,34 @@ impl ServicingStore {
 }
 
 impl ServicingStore {
-    pub(crate) fn quarantine_item(&self, entry: &QuarantineEntry<'_>, now_millis: i64) -> Item {
+    pub(crate) fn quarantine_item(
+        &self,
+        entry: &QuarantineEntry<'_>,
+        now_millis: i64,
+    ) -> Result<Item, StoreError> {
         let day = chrono::DateTime::from_timestamp_millis(now_millis)
             .map(|t| t.format("%Y-%m-%d").to_string())
             .unwrap_or_default();
-        let mut item = items::key_item(items::quarantine_key(
-            &self.config.consumer,
-            &day,
-            now_millis,
-            entry.message_id,
-        ));
-        item.insert(items::ITEM_TYPE.into(), s("QUARANTINE"));
-        item.insert("consumer".into(), s(&self.config.consumer));
-        item.insert("messageId".into(), s(entry.message_id));
-        item.insert("rawBody".into(), s(entry.raw_body));
-        item.insert("code".into(), s(entry.code));
-        item.insert("reason".into(), s(entry.reason));
-        item.insert("quarantinedAt".into(), n(now_millis));
-        if let Some(source) = entry.source {
-            item.insert("sourceSystem".into(), s(&source.system));
-            item.insert("sourceEventId".into(), s(&source.event_id));
-        }
-        if let Some(account) = entry.account_id {
-            item.insert("accountId".into(), s(account.as_str()));
-        }
-        if let Some(fp) = entry.stored_fingerprint {
-            item.insert("storedFingerprint".into(), s(fp.as_str()));
-        }
-        if let Some(fp) = entry.received_fingerprint {
-            item.insert("receivedFingerprint".into(), s(fp.as_str()));
-        }
-        if let Some(count) = entry.receive_count {
-            item.insert("receiveCount".into(), n(count));
-        }
-        item
+        let (pk, sk) =
+            items::quarantine_key(&self.config.consumer, &day, now_millis, entry.message_id);
+        crate::schema::to_item(&crate::schema::QuarantineRecord {
+            pk,
+            sk,
+            item_type: crate::schema::QuarantineRecord::ITEM_TYPE.into(),
+            consumer: self.config.consumer.clone(),
+            message_id: entry.message_id.into(),
+            raw_body: entry.raw_body.into(),
+            code: entry.code.into(),
+            reason: entry.reason.into(),
+            quarantined_at: now_millis,
+            source_system: entry.source.map(|s| s.system.clone()),
+            source_event_id: entry.source.map(|s| s.event_id.clone()),
+            account_id: entry.account_id.map(|a| a.as_str().to_owned()),
+            stored_fingerprint: entry.stored_fingerprint.map(|f| f.as_str().to_owned()),
+            received_fingerprint: entry.received_fingerprint.map(|f| f.as_str().to_owned()),
+            receive_count: entry.receive_count,
+            redrive_count: None,
+            redriven_at: None,
+        })
     }
 }

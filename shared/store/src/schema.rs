@@ -1,0 +1,130 @@
+//! The typed records of the table's claim and quarantine items: the writers build them, the
+//! operators' readers (`servicing-ops`) decode them, and `serde_dynamo` maps them — one place
+//! that names their attributes (`infra/schema.md`).
+
+use serde::{Deserialize, Serialize};
+use servicing_domain::SourceRef;
+
+use crate::StoreError;
+use crate::items::Item;
+
+/// A fact's claim: who judged it, how, and until when it deduplicates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRecord {
+    pub pk: String,
+    pub sk: String,
+    pub item_type: String,
+    pub consumer: String,
+    pub source_system: String,
+    pub source_event_id: String,
+    pub event_type: String,
+    pub account_id: String,
+    pub fingerprint: String,
+    /// `APPLIED`, `STALE`, `REJECTED` or `PARKED`.
+    pub verdict: String,
+    /// Epoch seconds.
+    pub claimed_at: i64,
+    /// Epoch seconds; past it the claim no longer deduplicates (TTL deletes it later).
+    pub expires_at: i64,
+}
+
+impl ClaimRecord {
+    pub const ITEM_TYPE: &'static str = "CLAIM";
+
+    pub fn source(&self) -> SourceRef {
+        SourceRef {
+            system: self.source_system.clone(),
+            event_id: self.source_event_id.clone(),
+        }
+    }
+}
+
+/// A message that will not be applied, kept with its raw body for an operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuarantineRecord {
+    pub pk: String,
+    pub sk: String,
+    pub item_type: String,
+    pub consumer: String,
+    pub message_id: String,
+    pub raw_body: String,
+    pub code: String,
+    pub reason: String,
+    /// Epoch milliseconds.
+    pub quarantined_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_system: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_event_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_fingerprint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_fingerprint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive_count: Option<u32>,
+    /// Set by an operator's redrive (absent until the first): how many, and when (epoch s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redrive_count: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redriven_at: Option<i64>,
+}
+
+impl QuarantineRecord {
+    pub const ITEM_TYPE: &'static str = "QUARANTINE";
+
+    pub fn source(&self) -> Option<SourceRef> {
+        Some(SourceRef {
+            system: self.source_system.clone()?,
+            event_id: self.source_event_id.clone()?,
+        })
+    }
+}
+
+/// `record` as a table item.
+pub fn to_item<T: Serialize>(record: &T) -> Result<Item, StoreError> {
+    serde_dynamo::to_item(record).map_err(|e| StoreError::Rejected(format!("cannot encode: {e}")))
+}
+
+/// An item as the record it must be (`Corrupt` when it is not).
+pub fn from_item<T: serde::de::DeserializeOwned>(item: Item) -> Result<T, StoreError> {
+    serde_dynamo::from_item(item).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_a_quarantine_record_round_trips_should_keep_absent_fields_absent() {
+        let record = QuarantineRecord {
+            pk: "QUARANTINE#account-state#2026-12-01".into(),
+            sk: "1796000000000#m-1".into(),
+            item_type: QuarantineRecord::ITEM_TYPE.into(),
+            consumer: "account-state".into(),
+            message_id: "m-1".into(),
+            raw_body: "{".into(),
+            code: "not_json".into(),
+            reason: "not valid UTF-8 JSON".into(),
+            quarantined_at: 1_796_000_000_000,
+            source_system: None,
+            source_event_id: None,
+            account_id: None,
+            stored_fingerprint: None,
+            received_fingerprint: None,
+            receive_count: Some(2),
+            redrive_count: None,
+            redriven_at: None,
+        };
+        let item = to_item(&record).expect("item");
+        assert!(!item.contains_key("sourceSystem") && !item.contains_key("redriveCount"));
+        assert_eq!(
+            item["quarantinedAt"],
+            aws_sdk_dynamodb::types::AttributeValue::N("1796000000000".into())
+        );
+        assert_eq!(from_item::<QuarantineRecord>(item).expect("record"), record);
+    }
+}
