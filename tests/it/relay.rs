@@ -53,8 +53,8 @@ fn relay_with(servicing: &Servicing, config: &aws_config::SdkConfig, bus: &str) 
     OutboxRelay::new(aws_sdk_eventbridge::Client::new(config), store, bus)
 }
 
-/// A stream INSERT of an outbox item, as Lambda delivers it: `(source, detail type)`, the
-/// account when the item names one, and the detail JSON.
+/// A stream INSERT of an outbox item as the store writes it and Lambda delivers it:
+/// `(source, detail type)`, its account (`acc_relay` unless given) and the detail JSON.
 fn outbox_record(
     seq: &str,
     event_id: &str,
@@ -62,11 +62,9 @@ fn outbox_record(
     account: Option<&str>,
     detail: String,
 ) -> EventRecord {
-    let mut image = json!({"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}, "itemType": {"S": "OUTBOX"},
-        "eventId": {"S": event_id}, "source": {"S": source}, "detailType": {"S": detail_type}, "detail": {"S": detail}});
-    if let Some(account) = account {
-        image["accountId"] = json!({"S": account});
-    }
+    let image = json!({"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}, "itemType": {"S": "OUTBOX"},
+        "eventId": {"S": event_id}, "source": {"S": source}, "detailType": {"S": detail_type}, "detail": {"S": detail},
+        "accountId": {"S": account.unwrap_or("acc_relay")}, "createdAt": {"N": "1796000000"}, "expiresAt": {"N": "1799024000"}});
     serde_json::from_value(json!({
         "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
         "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "ApproximateCreationDateTime": 0,

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
-use serde::Deserialize;
+use servicing_store::schema::OutboxRecord;
 use servicing_store::{QuarantineEntry, ServicingStore};
 
 mod config;
@@ -29,23 +29,6 @@ pub use servicing_settings::{ConfigError, FromSettings};
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
 pub const MAX_ENTRIES_PER_REQUEST: usize = 10;
 pub const CONSUMER: &str = "outbox-relay";
-
-/// The outbox item fields the relay needs (see `infra/schema.md`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct OutboxItem {
-    item_type: String,
-    event_id: String,
-    source: String,
-    detail_type: String,
-    /// Every outbox item names its account; only the API payments need it here.
-    #[serde(default)]
-    account_id: String,
-    detail: String,
-    /// The X-Ray trace of the invocation that wrote it, carried on to EventBridge and SQS.
-    #[serde(default)]
-    trace_header: Option<String>,
-}
 
 /// The outbox events account-state must apply (the API's accepted payments).
 const API_PAYMENTS: (&str, &str) = ("servicing.payments-api", "PaymentSettled");
@@ -217,7 +200,7 @@ impl OutboxRelay {
                 reason: "stream record has no sequence number".into(),
             };
         };
-        let item: OutboxItem = match serde_dynamo::from_item(record.change.new_image.clone()) {
+        let item: OutboxRecord = match serde_dynamo::from_item(record.change.new_image.clone()) {
             Ok(item) => item,
             Err(e) => {
                 return Plan::Quarantine {
@@ -225,7 +208,7 @@ impl OutboxRelay {
                 };
             }
         };
-        debug_assert_eq!(item.item_type, "OUTBOX");
+        debug_assert_eq!(item.item_type, OutboxRecord::ITEM_TYPE);
         // EventBridge counts Source, DetailType, Detail (and Time/Resources, unused here).
         let size = item.source.len() + item.detail_type.len() + item.detail.len();
         if size > MAX_REQUEST_BYTES {

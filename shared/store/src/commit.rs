@@ -252,7 +252,7 @@ impl ServicingStore {
                     }
                     for event in &applied.outbox {
                         let item =
-                            items::outbox_item(&self.config.consumer, event, now, expires_at);
+                            items::outbox_item(&self.config.consumer, event, now, expires_at)?;
                         transaction.push(Role::Evidence(i), self.put(item, Some(CREATE_ONLY))?);
                     }
                 }

@@ -79,7 +79,7 @@ impl ServicingStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(invalid_request)?;
-        let outbox_item = items::raw_outbox_item(outbox, now, replay_until);
+        let outbox_item = items::raw_outbox_item(outbox, now, replay_until)?;
         let result = self
             .client
             .transact_write_items()

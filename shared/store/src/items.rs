@@ -19,8 +19,6 @@ pub const REPLAY_UNTIL: &str = "replayUntil";
 pub const FINGERPRINT: &str = "fingerprint";
 pub const VERDICT: &str = "verdict";
 pub const REVERSED_BY: &str = "reversedBy";
-/// The X-Ray trace header of the invocation that wrote an outbox item (absent when untraced).
-pub const TRACE_HEADER: &str = "traceHeader";
 /// The loan item's currency (`LoanAccount::currency`).
 pub const CURRENCY: &str = "currency";
 /// The loan item's recently applied facts (`RecentFacts`).
@@ -222,7 +220,12 @@ pub fn event_source(consumer: &str) -> String {
     format!("servicing.{consumer}")
 }
 
-pub fn outbox_item(consumer: &str, event: &DomainEvent, now: i64, expires_at: i64) -> Item {
+pub fn outbox_item(
+    consumer: &str,
+    event: &DomainEvent,
+    now: i64,
+    expires_at: i64,
+) -> Result<Item, StoreError> {
     raw_outbox_item(
         &crate::OutboxEntry {
             event_id: event.event_id.clone(),
@@ -236,16 +239,25 @@ pub fn outbox_item(consumer: &str, event: &DomainEvent, now: i64, expires_at: i6
     )
 }
 
-pub fn raw_outbox_item(entry: &crate::OutboxEntry, now: i64, expires_at: i64) -> Item {
-    let mut item = with_key(Item::new(), outbox_key(&entry.event_id), "OUTBOX");
-    item.insert("eventId".into(), s(&entry.event_id));
-    item.insert("source".into(), s(&entry.source));
-    item.insert("detailType".into(), s(&entry.detail_type));
-    item.insert("accountId".into(), s(entry.account_id.as_str()));
-    item.insert("detail".into(), s(entry.detail.to_string()));
-    item.insert("createdAt".into(), n(now));
-    item.insert(EXPIRES_AT.into(), n(expires_at));
-    with_trace_header(item, current_trace_header())
+pub fn raw_outbox_item(
+    entry: &crate::OutboxEntry,
+    now: i64,
+    expires_at: i64,
+) -> Result<Item, StoreError> {
+    let (pk, sk) = outbox_key(&entry.event_id);
+    crate::schema::to_item(&crate::schema::OutboxRecord {
+        pk,
+        sk,
+        item_type: crate::schema::OutboxRecord::ITEM_TYPE.into(),
+        event_id: entry.event_id.clone(),
+        source: entry.source.clone(),
+        detail_type: entry.detail_type.clone(),
+        account_id: entry.account_id.as_str().into(),
+        detail: entry.detail.to_string(),
+        created_at: now,
+        expires_at,
+        trace_header: current_trace_header(),
+    })
 }
 
 /// The X-Ray trace header of the invocation writing the item: lambda_runtime sets
@@ -255,14 +267,6 @@ fn current_trace_header() -> Option<String> {
     std::env::var("_X_AMZN_TRACE_ID")
         .ok()
         .filter(|h| !h.is_empty())
-}
-
-/// `item` with its `traceHeader` attribute, when there is a trace.
-pub fn with_trace_header(mut item: Item, trace_header: Option<String>) -> Item {
-    if let Some(header) = trace_header {
-        item.insert(TRACE_HEADER.into(), s(header));
-    }
-    item
 }
 
 /// Idempotency records of the API are scoped to the caller: the principal is part of the key.

@@ -84,6 +84,33 @@ impl QuarantineRecord {
     }
 }
 
+/// An event to publish, written in its fact's transaction; the relay reads it from the stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxRecord {
+    pub pk: String,
+    pub sk: String,
+    pub item_type: String,
+    pub event_id: String,
+    /// EventBridge `source` (`servicing.<consumer>`).
+    pub source: String,
+    pub detail_type: String,
+    pub account_id: String,
+    /// The event's JSON (EventBridge `detail`).
+    pub detail: String,
+    /// Epoch seconds.
+    pub created_at: i64,
+    /// Epoch seconds (claim retention: TTL removes it after).
+    pub expires_at: i64,
+    /// The X-Ray trace of the invocation that wrote it, carried on to EventBridge and SQS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_header: Option<String>,
+}
+
+impl OutboxRecord {
+    pub const ITEM_TYPE: &'static str = "OUTBOX";
+}
+
 /// `record` as a table item.
 pub fn to_item<T: Serialize>(record: &T) -> Result<Item, StoreError> {
     serde_dynamo::to_item(record).map_err(|e| StoreError::Rejected(format!("cannot encode: {e}")))
