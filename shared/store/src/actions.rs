@@ -79,18 +79,16 @@ impl ServicingStore {
         let Some(item) = got.item else {
             return Ok(None);
         };
-        let status = items::string(&item, "status")
-            .and_then(ActionStatus::parse)
-            .ok_or_else(|| {
-                StoreError::Corrupt(format!("action {action_id} has no valid status"))
-            })?;
-        let payload = items::string(&item, "payload")
-            .and_then(|p| serde_json::from_str(p).ok())
-            .ok_or_else(|| StoreError::Corrupt(format!("action {action_id} has no payload")))?;
+        let stored: crate::schema::ActionItem = crate::schema::from_item(item)?;
+        let status = ActionStatus::parse(&stored.status).ok_or_else(|| {
+            StoreError::Corrupt(format!("action {action_id} has no valid status"))
+        })?;
+        let payload = serde_json::from_str(&stored.payload)
+            .map_err(|_| StoreError::Corrupt(format!("action {action_id} has no JSON payload")))?;
         Ok(Some(ActionRecord {
             action_id: action_id.to_owned(),
             status,
-            attempts: items::number(&item, "attempts").unwrap_or_default(),
+            attempts: stored.attempts,
             payload,
         }))
     }

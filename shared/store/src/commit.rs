@@ -257,7 +257,7 @@ impl ServicingStore {
                     }
                 }
                 Effect::Intent(Some(intent)) => {
-                    let item = items::action_item(intent, now);
+                    let item = items::action_item(intent, now)?;
                     transaction.push(Role::Evidence(i), self.put(item, Some(CREATE_ONLY))?);
                 }
                 Effect::Reject(entry) => {

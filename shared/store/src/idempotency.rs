@@ -8,7 +8,8 @@ use servicing_domain::{AccountId, Currency, Fingerprint};
 
 use crate::conditions::CREATE_ONLY;
 use crate::errors::{classify_service, invalid_request, refuses_the_request};
-use crate::items::{self, Item, n, s};
+use crate::items::{self, Item, s};
+use crate::schema::{self, IdempotencyRecord};
 use crate::{OutboxEntry, ServicingStore, StoreError, now_epoch};
 
 /// A stored API response, replayed for a repeated idempotency key.
@@ -54,21 +55,23 @@ impl ServicingStore {
     ) -> Result<CommandOutcome, StoreError> {
         let (now, _) = now_epoch();
         let replay_until = now + self.config.claim_retention.as_secs() as i64;
-        let mut record = items::key_item(items::idempotency_key(principal_scope, key));
-        record.insert(items::ITEM_TYPE.into(), s("IDEMPOTENCY"));
-        record.insert("principalScope".into(), s(principal_scope));
-        record.insert("idempotencyKey".into(), s(key));
-        record.insert(
-            items::FINGERPRINT.into(),
-            s(response.request_fingerprint.as_str()),
-        );
-        record.insert("responseStatus".into(), n(response.status));
-        record.insert("responseBody".into(), s(&response.body));
-        record.insert("createdAt".into(), n(now));
+        let (pk, sk) = items::idempotency_key(principal_scope, key);
         // No `expiresAt`: TTL never deletes the record, so a key reused after the retention
         // meets it (a tombstone) instead of creating a payment whose outbox event id — derived
         // from the key — already exists downstream. It replays until `replayUntil`.
-        record.insert(items::REPLAY_UNTIL.into(), n(replay_until));
+        let record = schema::to_item(&IdempotencyRecord {
+            pk,
+            sk,
+            item_type: IdempotencyRecord::ITEM_TYPE.into(),
+            principal_scope: principal_scope.into(),
+            idempotency_key: key.into(),
+            fingerprint: response.request_fingerprint.as_str().into(),
+            response_status: response.status,
+            response_body: response.body.clone(),
+            created_at: now,
+            replay_until: Some(replay_until),
+            expires_at: None,
+        })?;
         let account_in_currency = ConditionCheck::builder()
             .table_name(&self.config.table)
             .set_key(Some(items::key_item(items::loan_key(account_id))))
@@ -105,28 +108,18 @@ impl ServicingStore {
             let item = reasons[0].item().ok_or_else(|| {
                 StoreError::Corrupt("refused idempotency record came back empty".into())
             })?;
-            // Records written before the tombstone rule carry `expiresAt` instead.
-            let until = items::number(item, items::REPLAY_UNTIL)
-                .or_else(|_| items::number(item, items::EXPIRES_AT))
-                .map_err(|_| {
-                    StoreError::Corrupt("idempotency record without its retention".into())
-                })?;
-            if (until as i64) < now {
+            let stored: IdempotencyRecord = schema::from_item(item.clone())?;
+            let until = stored.replays_until().ok_or_else(|| {
+                StoreError::Corrupt("idempotency record without its retention".into())
+            })?;
+            if until < now {
                 return Ok(CommandOutcome::Expired);
             }
-            let stored = StoredResponse {
-                request_fingerprint: Fingerprint::from_stored(
-                    items::string(item, items::FINGERPRINT)
-                        .unwrap_or_default()
-                        .to_owned(),
-                ),
-                status: u16::try_from(items::number(item, "responseStatus")?)
-                    .map_err(|_| StoreError::Corrupt("stored status out of range".into()))?,
-                body: items::string(item, "responseBody")
-                    .unwrap_or_default()
-                    .to_owned(),
-            };
-            return Ok(CommandOutcome::Existing(stored));
+            return Ok(CommandOutcome::Existing(StoredResponse {
+                request_fingerprint: Fingerprint::from_stored(stored.fingerprint),
+                status: stored.response_status,
+                body: stored.response_body,
+            }));
         }
         if code(1) == "ConditionalCheckFailed" {
             // No item, or only the facts parked before its opening (no currency): missing.

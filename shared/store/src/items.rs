@@ -62,16 +62,25 @@ pub fn action_key(action_id: &str) -> (String, String) {
     (format!("ACTION#{action_id}"), "ACTION".to_owned())
 }
 
-pub fn action_item(intent: &crate::ActionIntent, now: i64) -> Item {
-    let mut item = with_key(Item::new(), action_key(&intent.action_id), "ACTION");
-    item.insert("actionId".into(), s(&intent.action_id));
-    item.insert("accountId".into(), s(intent.account_id.as_str()));
-    item.insert("eventId".into(), s(&intent.event_id));
-    item.insert("status".into(), s(crate::ActionStatus::Pending.as_str()));
-    item.insert("attempts".into(), n(0));
-    item.insert("payload".into(), s(intent.payload.to_string()));
-    item.insert("createdAt".into(), n(now));
-    item
+pub fn action_item(intent: &crate::ActionIntent, now: i64) -> Result<Item, StoreError> {
+    let (pk, sk) = action_key(&intent.action_id);
+    crate::schema::to_item(&crate::schema::ActionItem {
+        pk,
+        sk,
+        item_type: crate::schema::ActionItem::ITEM_TYPE.into(),
+        action_id: intent.action_id.clone(),
+        account_id: intent.account_id.as_str().into(),
+        event_id: intent.event_id.clone(),
+        status: crate::ActionStatus::Pending.as_str().into(),
+        attempts: 0,
+        payload: intent.payload.to_string(),
+        created_at: now,
+        lease_id: None,
+        lease_until: None,
+        last_http_status: None,
+        last_detail: None,
+        updated_at: None,
+    })
 }
 
 pub fn outbox_key(event_id: &str) -> (String, String) {

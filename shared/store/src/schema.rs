@@ -111,6 +111,74 @@ impl OutboxRecord {
     pub const ITEM_TYPE: &'static str = "OUTBOX";
 }
 
+/// An API idempotency record: the caller's key, the request it was first used with and the
+/// response it replays. Never deleted (no `expiresAt`): past `replayUntil` it refuses the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdempotencyRecord {
+    pub pk: String,
+    pub sk: String,
+    pub item_type: String,
+    pub principal_scope: String,
+    pub idempotency_key: String,
+    /// Of the request.
+    pub fingerprint: String,
+    pub response_status: u16,
+    pub response_body: String,
+    /// Epoch seconds.
+    pub created_at: i64,
+    /// Epoch seconds; records written before the tombstone rule carry `expiresAt` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_until: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+}
+
+impl IdempotencyRecord {
+    pub const ITEM_TYPE: &'static str = "IDEMPOTENCY";
+
+    /// Until when it replays (epoch seconds).
+    pub fn replays_until(&self) -> Option<i64> {
+        self.replay_until.or(self.expires_at)
+    }
+}
+
+/// A collections action: its intent, created with its claim, then leased and settled by
+/// conditional updates (`actions.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionItem {
+    pub pk: String,
+    pub sk: String,
+    pub item_type: String,
+    pub action_id: String,
+    pub account_id: String,
+    pub event_id: String,
+    /// `PENDING`, `SENDING`, `SENT` or `REJECTED`.
+    pub status: String,
+    pub attempts: u64,
+    /// What is sent to the receiver (JSON).
+    pub payload: String,
+    /// Epoch seconds.
+    pub created_at: i64,
+    /// While `SENDING`: who holds the call and until when (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_http_status: Option<u16>,
+    /// The last attempt: the receiver's status (0: no answer), what it said, when (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<i64>,
+}
+
+impl ActionItem {
+    pub const ITEM_TYPE: &'static str = "ACTION";
+}
+
 /// `record` as a table item.
 pub fn to_item<T: Serialize>(record: &T) -> Result<Item, StoreError> {
     serde_dynamo::to_item(record).map_err(|e| StoreError::Rejected(format!("cannot encode: {e}")))
