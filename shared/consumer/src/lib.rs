@@ -255,9 +255,9 @@ impl AccountStateHandler {
             if rest.is_empty() && !ready {
                 break;
             }
-            let (settled, failed) = self.settle_next_group(account, rest, &mut work).await;
-            results.extend(settled);
-            if let Some(at) = failed {
+            let answer = self.settle_next_group(account, rest, &mut work).await;
+            results.extend(answer.settled);
+            if let Some(at) = answer.failed_at {
                 // SQS must redeliver the account's later events after the failed one, in order.
                 let reason = match rest.get(at) {
                     Some(first) => format!(
@@ -286,40 +286,41 @@ impl AccountStateHandler {
     }
 
     /// Settles the account's next group: ready parked facts and a run of its next events (the
-    /// longest that fits one transaction). Returns the answers of the events of `pending` it
-    /// settled, in order, and — when something failed — the index of the first event that must
-    /// be retried (`pending.len()` when only parked facts were involved). Claims refused in a
-    /// cancelled group are settled from that answer (a duplicate costs no extra request); the
-    /// others are planned again without them.
+    /// longest that fits one transaction). Claims refused in a cancelled group are settled from
+    /// that answer (a duplicate costs no extra request); the others are planned again without
+    /// them. The steps: read the state, settle what it already knows (`settle_known_facts`),
+    /// read missing reversal targets, commit, then `committed`, `refused` (re-read and retry
+    /// within the attempt budget), one fact per transaction after a request DynamoDB refused as
+    /// such, or `failed_at`.
     async fn settle_next_group(
         &self,
         account: &AccountId,
         pending: &[Pending<'_>],
         work: &mut AccountWork,
-    ) -> (Vec<MessageResult>, Option<usize>) {
-        let mut settled: Vec<Option<MessageResult>> = vec![None; pending.len()];
-        let mut attempt = 0;
+    ) -> GroupAnswer {
+        let mut settling = Settling {
+            settled: vec![None; pending.len()],
+            conflicts: 0,
+        };
         loop {
+            // The state (and the reversals' payments): read once per batch unless a refusal or a
+            // failure made it stale; a warm cache may have it already.
             let snap = match &mut work.snapshot {
                 Some(snap) => snap,
                 None => {
                     let targets: Vec<&SourceRef> = work.targets.iter().collect();
                     match self.store.load(account, &targets).await {
                         Ok(loaded) => work.snapshot.insert(loaded),
-                        Err(e) => return self.failed_at(pending, &mut settled, e).await,
+                        Err(e) => return self.failed_at(pending, &mut settling.settled, e).await,
                     }
                 }
             };
             let now = servicing_store::epoch_seconds();
-            for (index, collision) in group::known_facts(pending, &settled, snap, now) {
-                settled[index] = Some(match collision {
-                    None => MessageResult::Duplicate,
-                    Some(stored) => self.collision(&pending[index], &stored).await,
-                });
-            }
+            self.settle_known_facts(pending, &mut settling.settled, snap, now)
+                .await;
             let group = Group::plan(
                 pending,
-                &settled,
+                &settling.settled,
                 snap,
                 self.config.max_transaction_items,
                 work.max_units,
@@ -328,14 +329,13 @@ impl AccountStateHandler {
             if let Stop::NeedTargets(missing) = &group.stop {
                 let wanted: Vec<&SourceRef> = missing.iter().collect();
                 if let Err(e) = self.store.load_targets(account, &wanted, snap).await {
-                    return self.failed_at(pending, &mut settled, e).await;
+                    return self.failed_at(pending, &mut settling.settled, e).await;
                 }
                 work.targets.extend(missing.iter().cloned());
                 continue;
             }
-            let full = group.stop == Stop::Full;
             if group.members.is_empty() {
-                return (settled_run(settled, pending.len()), None);
+                return GroupAnswer::settled(settling.settled, pending.len());
             }
             let units = group.units(pending);
             let answer = self
@@ -345,50 +345,28 @@ impl AccountStateHandler {
             drop(units);
             match answer {
                 Ok(outcomes) if outcomes.iter().all(|o| *o == CommitOutcome::Committed) => {
-                    for answer in group.committed(pending, snap) {
-                        match answer {
-                            Answer::Message(index, result) => settled[index] = Some(result),
-                            Answer::Released(source, result) => {
-                                tracing::info!(source = %source, "parked fact judged again");
-                                work.released.push(result);
-                            }
-                        }
-                    }
+                    let full = group.stop == Stop::Full;
+                    Self::committed(
+                        group,
+                        pending,
+                        &mut settling.settled,
+                        snap,
+                        &mut work.released,
+                    );
                     if full {
                         // The rest goes into the next group (the ready parked facts first).
-                        let end = first_unsettled(&settled).unwrap_or(pending.len());
-                        return (settled_run(settled, end), None);
+                        let end = first_unsettled(&settling.settled).unwrap_or(pending.len());
+                        return GroupAnswer::settled(settling.settled, end);
                     }
                 }
                 Ok(outcomes) => {
-                    let mut reread = false;
-                    for (member, outcome) in group.members_with_units(pending).zip(outcomes) {
-                        let index = match &member.subject {
-                            Subject::Pending(index) => Some(*index),
-                            Subject::Released(_) => None,
-                        };
-                        match (outcome, index) {
-                            (CommitOutcome::Duplicate, Some(i)) => {
-                                settled[i] = Some(MessageResult::Duplicate);
-                            }
-                            (CommitOutcome::Collision { stored }, Some(i)) => {
-                                settled[i] = Some(self.collision(&pending[i], &stored).await);
-                            }
-                            (CommitOutcome::Withdrawn, _) => {}
-                            _ => reread = true,
+                    match self.refused(&group, outcomes, pending, &mut settling).await {
+                        Ok(false) => {}
+                        Ok(true) => work.snapshot = None,
+                        Err(e) => {
+                            work.snapshot = None;
+                            return self.failed_at(pending, &mut settling.settled, e).await;
                         }
-                    }
-                    if reread {
-                        work.snapshot = None;
-                        attempt += 1;
-                        if attempt >= self.config.max_commit_attempts {
-                            let error = StoreError::Transient(format!(
-                                "still conflicting after {attempt} attempts"
-                            ));
-                            return self.failed_at(pending, &mut settled, error).await;
-                        }
-                        tracing::info!(attempt, "concurrent change; re-reading");
-                        tokio::time::sleep(backoff(attempt, self.config.conflict_backoff)).await;
                     }
                 }
                 // Nothing was written: the same facts again, one per transaction.
@@ -396,10 +374,90 @@ impl AccountStateHandler {
                 Err(e) => {
                     // The commit may or may not have happened (e.g. a lost response).
                     work.snapshot = None;
-                    return self.failed_at(pending, &mut settled, e).await;
+                    return self.failed_at(pending, &mut settling.settled, e).await;
                 }
             }
         }
+    }
+
+    /// Events the state already answers: a recent or parked fact redelivered (a duplicate), or
+    /// with another payload (a collision) — no request.
+    async fn settle_known_facts(
+        &self,
+        pending: &[Pending<'_>],
+        settled: &mut [Option<MessageResult>],
+        snap: &Snapshot,
+        now: i64,
+    ) {
+        for (index, collision) in group::known_facts(pending, settled, snap, now) {
+            settled[index] = Some(match collision {
+                None => MessageResult::Duplicate,
+                Some(stored) => self.collision(&pending[index], &stored).await,
+            });
+        }
+    }
+
+    /// The group committed: its members' answers, its parked facts judged again.
+    fn committed(
+        group: Group,
+        pending: &[Pending<'_>],
+        settled: &mut [Option<MessageResult>],
+        snap: &mut Snapshot,
+        released: &mut Vec<MessageResult>,
+    ) {
+        for answer in group.committed(pending, snap) {
+            match answer {
+                Answer::Message(index, result) => settled[index] = Some(result),
+                Answer::Released(source, result) => {
+                    tracing::info!(source = %source, "parked fact judged again");
+                    released.push(result);
+                }
+            }
+        }
+    }
+
+    /// The group was cancelled: duplicates and collisions are answered from the refusal; any
+    /// other refusal means the state moved (`Ok(true)`: re-read and plan again, after a
+    /// backoff) — an error once the attempt budget is spent.
+    async fn refused(
+        &self,
+        group: &Group,
+        outcomes: Vec<CommitOutcome>,
+        pending: &[Pending<'_>],
+        settling: &mut Settling,
+    ) -> Result<bool, StoreError> {
+        let mut reread = false;
+        for (member, outcome) in group.members_with_units(pending).zip(outcomes) {
+            let index = match &member.subject {
+                Subject::Pending(index) => Some(*index),
+                Subject::Released(_) => None,
+            };
+            match (outcome, index) {
+                (CommitOutcome::Duplicate, Some(i)) => {
+                    settling.settled[i] = Some(MessageResult::Duplicate);
+                }
+                (CommitOutcome::Collision { stored }, Some(i)) => {
+                    settling.settled[i] = Some(self.collision(&pending[i], &stored).await);
+                }
+                (CommitOutcome::Withdrawn, _) => {}
+                _ => reread = true,
+            }
+        }
+        if reread {
+            settling.conflicts += 1;
+            if settling.conflicts >= self.config.max_commit_attempts {
+                return Err(StoreError::Transient(format!(
+                    "still conflicting after {} attempts",
+                    settling.conflicts
+                )));
+            }
+            tracing::info!(
+                attempt = settling.conflicts,
+                "concurrent change; re-reading"
+            );
+            tokio::time::sleep(backoff(settling.conflicts, self.config.conflict_backoff)).await;
+        }
+        Ok(reread)
     }
 
     /// A store failure while settling: the first unsettled event gets it (quarantined when
@@ -409,19 +467,21 @@ impl AccountStateHandler {
         pending: &[Pending<'_>],
         settled: &mut Vec<Option<MessageResult>>,
         error: StoreError,
-    ) -> (Vec<MessageResult>, Option<usize>) {
+    ) -> GroupAnswer {
         let Some(first) = first_unsettled(settled) else {
             tracing::warn!(error = %error, "a parked fact's commit failed; it stays parked");
-            return (
-                settled_run(std::mem::take(settled), pending.len()),
-                Some(pending.len()),
-            );
+            return GroupAnswer {
+                settled: settled_run(std::mem::take(settled), pending.len()),
+                failed_at: Some(pending.len()),
+            };
         };
         let result = self.store_failure(&pending[first], error).await;
         let retry = matches!(result, MessageResult::Retry { .. });
         settled[first] = Some(result);
-        let run = settled_run(std::mem::take(settled), first + 1);
-        (run, retry.then_some(first))
+        GroupAnswer {
+            settled: settled_run(std::mem::take(settled), first + 1),
+            failed_at: retry.then_some(first),
+        }
     }
 
     async fn collision(&self, p: &Pending<'_>, stored: &Fingerprint) -> MessageResult {
@@ -524,6 +584,31 @@ fn settled_run(settled: Vec<Option<MessageResult>>, len: usize) -> Vec<MessageRe
 struct AccountResults {
     messages: Vec<(String, MessageResult)>,
     released: Vec<MessageResult>,
+}
+
+/// One group's answers: the events of its run it settled, in order, and — when something
+/// failed — the index of the first event that must be retried (the run's length when only
+/// parked facts were involved).
+struct GroupAnswer {
+    settled: Vec<MessageResult>,
+    failed_at: Option<usize>,
+}
+
+impl GroupAnswer {
+    /// The first `len` events, all settled, nothing failed.
+    fn settled(settled: Vec<Option<MessageResult>>, len: usize) -> Self {
+        Self {
+            settled: settled_run(settled, len),
+            failed_at: None,
+        }
+    }
+}
+
+/// Where settling one group stands: each event's answer once known, and the commit rounds
+/// lost to concurrent writers so far.
+struct Settling {
+    settled: Vec<Option<MessageResult>>,
+    conflicts: u32,
 }
 
 /// What settling an account's events carries from one group to the next.
