@@ -267,7 +267,12 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         WINDOW,
     )
     .await;
-    assert!(refused.expect_err("collision").contains("is a collision"));
+    assert!(
+        refused
+            .expect_err("collision")
+            .to_string()
+            .contains("is a collision")
+    );
 
     // The reversal, now that its payment exists: redriven with its original identity, applied.
     let redriven = quarantine::redrive(
@@ -441,6 +446,7 @@ async fn when_a_quarantined_fact_may_have_applied_since_its_claim_expired_should
         refused
             .as_ref()
             .expect_err("refused")
+            .to_string()
             .contains("may have been applied since"),
         "{refused:?}"
     );

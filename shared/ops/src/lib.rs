@@ -22,9 +22,9 @@ pub type Item = HashMap<String, AttributeValue>;
 /// The `map_err` of an AWS call: what failed, followed by the SDK's whole error chain.
 pub(crate) fn failed<E: std::error::Error>(
     what: impl std::fmt::Display,
-) -> impl FnOnce(E) -> String {
+) -> impl FnOnce(E) -> anyhow::Error {
     move |e| {
-        format!(
+        anyhow::anyhow!(
             "{what}: {}",
             aws_sdk_dynamodb::error::DisplayErrorContext(&e)
         )
@@ -42,7 +42,7 @@ pub async fn scan_types(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     item_types: &[&str],
-) -> Result<HashMap<String, Vec<Item>>, String> {
+) -> anyhow::Result<HashMap<String, Vec<Item>>> {
     let segments =
         (0..SCAN_SEGMENTS).map(|segment| scan_segment(client, table, item_types, segment));
     let mut by_type: HashMap<String, Vec<Item>> = item_types
@@ -64,7 +64,7 @@ async fn scan_segment(
     table: &str,
     item_types: &[&str],
     segment: i32,
-) -> Result<Vec<Item>, String> {
+) -> anyhow::Result<Vec<Item>> {
     let placeholders: Vec<String> = (0..item_types.len()).map(|i| format!(":t{i}")).collect();
     let mut scan = client
         .scan()
@@ -91,7 +91,7 @@ pub async fn account_state_claim(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     source: &servicing_domain::SourceRef,
-) -> Result<Option<ClaimRecord>, String> {
+) -> anyhow::Result<Option<ClaimRecord>> {
     let key = servicing_store::items::key_item(servicing_store::items::claim_key(
         "account-state",
         source,
@@ -107,7 +107,7 @@ pub async fn account_state_claim(
         .item
         .map(|item| {
             servicing_store::schema::from_item(item)
-                .map_err(|e| format!("the claim of {source} does not decode: {e}"))
+                .map_err(|e| anyhow::anyhow!("the claim of {source} does not decode: {e}"))
         })
         .transpose()
 }

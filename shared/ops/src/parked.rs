@@ -37,8 +37,8 @@ impl ParkedView {
 }
 
 /// Every parked fact of the table, by account, in order of receipt.
-pub async fn list(store: &ServicingStore) -> Result<Vec<ParkedView>, String> {
-    let loans = store.parked_loans().await.map_err(|e| e.to_string())?;
+pub async fn list(store: &ServicingStore) -> anyhow::Result<Vec<ParkedView>> {
+    let loans = store.parked_loans().await?;
     Ok(loans
         .into_iter()
         .flat_map(|loan| {
@@ -71,10 +71,10 @@ pub async fn expire(
     store: &ServicingStore,
     now: i64,
     retention: Duration,
-) -> Result<Expiry, String> {
+) -> anyhow::Result<Expiry> {
     let cutoff = now.saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
     let mut expiry = Expiry::default();
-    for loan in store.parked_loans().await.map_err(|e| e.to_string())? {
+    for loan in store.parked_loans().await? {
         let mut loan = Some(loan);
         // One transaction per loan version; a loan item that moved meanwhile (the consumer
         // applied something) is read again, a few times at most.
@@ -93,11 +93,7 @@ pub async fn expire(
                 break;
             }
             let chunk = &expired[..expired.len().min(FACTS_PER_TRANSACTION)];
-            if store
-                .expire_parked(&current, chunk)
-                .await
-                .map_err(|e| e.to_string())?
-            {
+            if store.expire_parked(&current, chunk).await? {
                 for e in chunk {
                     match e.code {
                         MISSING => expiry.missing += 1,
@@ -107,13 +103,12 @@ pub async fn expire(
             }
             loan = store
                 .load(&current.account_id, &[])
-                .await
-                .map_err(|e| e.to_string())?
+                .await?
                 .loan
                 .filter(|l| !l.parked.is_empty());
         }
         if let Some(left) = loan {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "the parked facts of {} kept moving; run again",
                 left.account_id
             ));
@@ -131,15 +126,12 @@ async fn verdict(
     fact: &ParkedFact,
     cutoff: i64,
     retention: Duration,
-) -> Result<Option<(&'static str, String)>, String> {
+) -> anyhow::Result<Option<(&'static str, String)>> {
     let Some(awaits) = &fact.awaits else {
         return Ok(None); // ready: the consumer applies it next
     };
     if let Deferral::ReversalTargetNotApplied(payment) = awaits {
-        let owner = store
-            .applied_elsewhere(payment, &loan.account_id)
-            .await
-            .map_err(|e| e.to_string())?;
+        let owner = store.applied_elsewhere(payment, &loan.account_id).await?;
         if let Some(owner) = owner {
             let reason = format!(
                 "payment {payment} belongs to account {owner}, not {}",

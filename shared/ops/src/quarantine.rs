@@ -25,9 +25,9 @@ pub struct Quarantined {
 }
 
 impl Quarantined {
-    fn from_item(item: Item) -> Result<Self, String> {
+    fn from_item(item: Item) -> anyhow::Result<Self> {
         let r: QuarantineRecord = schema::from_item(item)
-            .map_err(|e| format!("a quarantine item does not decode: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("a quarantine item does not decode: {e}"))?;
         Ok(Self {
             id: format!("{}|{}", r.pk, r.sk),
             source: r.source(),
@@ -48,7 +48,7 @@ pub async fn list(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     consumer: Option<&str>,
-) -> Result<Vec<Quarantined>, String> {
+) -> anyhow::Result<Vec<Quarantined>> {
     let mut all: Vec<Quarantined> = scan_types(client, table, &[QuarantineRecord::ITEM_TYPE])
         .await?
         .remove(QuarantineRecord::ITEM_TYPE)
@@ -64,17 +64,19 @@ pub async fn list(
     Ok(all)
 }
 
-fn split_id(id: &str) -> Result<(String, String), String> {
+fn split_id(id: &str) -> anyhow::Result<(String, String)> {
     id.split_once('|')
         .map(|(pk, sk)| (pk.to_owned(), sk.to_owned()))
-        .ok_or_else(|| format!("{id:?} is not a quarantine id (pk|sk, as `list` prints it)"))
+        .ok_or_else(|| {
+            anyhow::anyhow!("{id:?} is not a quarantine id (pk|sk, as `list` prints it)")
+        })
 }
 
 pub async fn inspect(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     id: &str,
-) -> Result<Quarantined, String> {
+) -> anyhow::Result<Quarantined> {
     let (pk, sk) = split_id(id)?;
     let got = client
         .get_item()
@@ -88,7 +90,7 @@ pub async fn inspect(
     got.item
         .filter(|i| text(i, "itemType") == Some(QuarantineRecord::ITEM_TYPE))
         .map(Quarantined::from_item)
-        .ok_or_else(|| format!("no quarantine item {id}"))?
+        .ok_or_else(|| anyhow::anyhow!("no quarantine item {id}"))?
 }
 
 /// What a redrive did.
@@ -119,16 +121,16 @@ pub async fn redrive(
     queue_url: &str,
     id: &str,
     window: RedriveWindow,
-) -> Result<Redriven, String> {
+) -> anyhow::Result<Redriven> {
     let q = inspect(client, table, id).await?;
     if q.consumer != "account-state" {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{id} was quarantined by {}; only account-state messages are redriven to the servicing queue",
             q.consumer
         ));
     }
     if q.code == "collision" {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{id} is a collision: the first fact with this identity stands and a redrive would only collide again; \
              the source must resend under a new identity, or correct the first fact"
         ));
@@ -147,7 +149,7 @@ pub async fn redrive(
                 if covered_until <= now + crate::replay::QUEUE_RETENTION_SECS
                     && !window.allow_beyond_retention
                 {
-                    return Err(format!(
+                    return Err(anyhow::anyhow!(
                         "{source} was quarantined {} days ago and has no claim: it may have been applied since \
                          and its claim expired, so a redrive could apply it twice \
                          (--allow-beyond-retention once you know it was never applied)",
@@ -175,7 +177,7 @@ pub async fn redrive(
                 released_claim = true;
             }
             Some(verdict) => {
-                return Err(format!(
+                return Err(anyhow::anyhow!(
                     "{source} is already claimed as {verdict}: nothing to redrive"
                 ));
             }

@@ -139,7 +139,7 @@ pub async fn reconcile(
     consumer: &str,
     window: (i64, i64),
     source: Option<&[Vec<u8>]>,
-) -> Result<Reconciliation, String> {
+) -> anyhow::Result<Reconciliation> {
     let mut items = scan_types(
         client,
         table,

@@ -44,7 +44,7 @@ impl Config {
 /// One run: expiry of parked facts, then the window's reconciliation; emits
 /// `ReconciliationProblems`, `ReconciledApplied`, `ParkedExpired` and `StillParked`, and answers
 /// what it found.
-pub async fn run(config: &Config, store: &ServicingStore) -> Result<Value, String> {
+pub async fn run(config: &Config, store: &ServicingStore) -> anyhow::Result<Value> {
     let now = crate::epoch_seconds();
     let expiry = crate::parked::expire(store, now, config.park_retention).await?;
     if expiry.missing + expiry.mismatched > 0 {

@@ -34,7 +34,7 @@ pub async fn claim_window(
     table: &str,
     source: &SourceRef,
     now: i64,
-) -> Result<ClaimWindow, String> {
+) -> anyhow::Result<ClaimWindow> {
     let claim = account_state_claim(client, table, source).await?;
     Ok(match claim.map(|c| c.expires_at) {
         Some(expires) if expires > now + QUEUE_RETENTION_SECS => ClaimWindow::Covered,
@@ -50,7 +50,7 @@ pub async fn check(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     lines: &[Vec<u8>],
-) -> Result<Vec<Refusal>, String> {
+) -> anyhow::Result<Vec<Refusal>> {
     let now = epoch_seconds();
     let mut refusals = Vec::new();
     for (i, body) in lines.iter().enumerate() {
@@ -83,7 +83,7 @@ pub async fn send(
     sqs: &aws_sdk_sqs::Client,
     queue_url: &str,
     lines: &[Vec<u8>],
-) -> Result<usize, String> {
+) -> anyhow::Result<usize> {
     let mut sent = 0;
     for (chunk_no, chunk) in lines.chunks(10).enumerate() {
         let mut request = sqs.send_message_batch().queue_url(queue_url);
@@ -99,13 +99,12 @@ pub async fn send(
                 .message_body(body)
                 .message_group_id(group)
                 .message_deduplication_id(format!("replay-{}-{chunk_no}-{i}", epoch_seconds()))
-                .build()
-                .map_err(|e| e.to_string())?;
+                .build()?;
             request = request.entries(entry);
         }
         let out = request.send().await.map_err(failed("cannot send"))?;
         if !out.failed().is_empty() {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "{} messages were refused: {:?}",
                 out.failed().len(),
                 out.failed()

@@ -77,7 +77,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(problem) => {
-            eprintln!("{problem}");
+            eprintln!("{problem:#}");
             ExitCode::FAILURE
         }
     }

@@ -77,15 +77,16 @@ pub struct SendArgs {
     allow_beyond_retention: bool,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))
 }
 
-fn read_lines(path: &EventsFile) -> Result<Vec<Vec<u8>>, String> {
-    let input = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+fn read_lines(path: &EventsFile) -> anyhow::Result<Vec<Vec<u8>>> {
+    let input =
+        std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     Ok(input
         .split(|b| *b == b'\n')
         .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
@@ -93,7 +94,7 @@ fn read_lines(path: &EventsFile) -> Result<Vec<Vec<u8>>, String> {
         .collect())
 }
 
-pub fn reconcile(args: &ReconcileArgs) -> Result<bool, String> {
+pub fn reconcile(args: &ReconcileArgs) -> anyhow::Result<bool> {
     let (table, consumer, hours) = (&args.table.table, &args.consumer, args.hours);
     let source = args.source.as_ref().map(read_lines).transpose()?;
     let now = servicing_ops::epoch_seconds();
@@ -114,7 +115,7 @@ pub fn reconcile(args: &ReconcileArgs) -> Result<bool, String> {
     })
 }
 
-pub fn quarantine(command: &QuarantineCommand) -> Result<bool, String> {
+pub fn quarantine(command: &QuarantineCommand) -> anyhow::Result<bool> {
     runtime()?.block_on(async {
         let sdk = aws_setup::load().await;
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
@@ -151,7 +152,7 @@ pub fn quarantine(command: &QuarantineCommand) -> Result<bool, String> {
                             if r.released_claim { " (its REJECTED claim was released)" } else { "" }),
                         Err(why) => {
                             all_ok = false;
-                            eprintln!("refused {id}: {why}");
+                            eprintln!("refused {id}: {why:#}");
                         }
                     }
                 }
@@ -161,7 +162,7 @@ pub fn quarantine(command: &QuarantineCommand) -> Result<bool, String> {
     })
 }
 
-pub fn parked(command: &ParkedCommand) -> Result<bool, String> {
+pub fn parked(command: &ParkedCommand) -> anyhow::Result<bool> {
     let ParkedCommand::List(Table { table }) = command;
     runtime()?.block_on(async {
         let sdk = aws_setup::load().await;
@@ -178,7 +179,7 @@ pub fn parked(command: &ParkedCommand) -> Result<bool, String> {
     })
 }
 
-pub fn send(args: &SendArgs) -> Result<bool, String> {
+pub fn send(args: &SendArgs) -> anyhow::Result<bool> {
     let (table, queue) = (&args.table.table, &args.queue);
     let lines = read_lines(&args.events)?;
     runtime()?.block_on(async {

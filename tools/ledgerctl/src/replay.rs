@@ -38,9 +38,9 @@ fn inject_duplicates<'a>(lines: &[&'a [u8]], percent: u64, seed: u64) -> Vec<&'a
     delivered.into_iter().map(|(_, body)| body).collect()
 }
 
-pub fn run(args: &ReplayArgs) -> Result<bool, String> {
+pub fn run(args: &ReplayArgs) -> anyhow::Result<bool> {
     let input = std::fs::read(&args.events)
-        .map_err(|e| format!("cannot read {}: {e}", args.events.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.events.display()))?;
     let lines: Vec<&[u8]> = input
         .split(|b| *b == b'\n')
         .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
@@ -59,7 +59,7 @@ pub fn run(args: &ReplayArgs) -> Result<bool, String> {
     ledger.replay(delivered);
 
     let text = serde_json::to_string_pretty(&ledger.report())
-        .map_err(|e| format!("cannot render the report: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot render the report: {e}"))?;
     println!("{text}");
     let c = ledger.counts();
     let balanced = c.balances();

@@ -36,12 +36,12 @@ fn differences(report: &Value, expected: &Value) -> Vec<String> {
         .collect()
 }
 
-pub fn run(args: &StateArgs) -> Result<bool, String> {
+pub fn run(args: &StateArgs) -> anyhow::Result<bool> {
     let (table, account) = (&args.table.table, &args.account);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))?;
     let report = runtime
         .block_on(async {
             let sdk = aws_setup::load().await;
@@ -51,8 +51,8 @@ pub fn run(args: &StateArgs) -> Result<bool, String> {
             );
             servicing_ops::report::account_report(&store, account).await
         })
-        .map_err(|e| format!("cannot read {account}: {e}"))?
-        .ok_or_else(|| format!("account {account} does not exist in {table}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot read {account}: {e}"))?
+        .ok_or_else(|| anyhow::anyhow!("account {account} does not exist in {table}"))?;
     println!(
         "{}",
         serde_json::to_string_pretty(&report).unwrap_or_default()
@@ -61,9 +61,9 @@ pub fn run(args: &StateArgs) -> Result<bool, String> {
         return Ok(true);
     };
     let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let expected: Value =
-        serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let expected: Value = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{} is not JSON: {e}", path.display()))?;
     let diffs = differences(&report, &expected);
     for d in &diffs {
         eprintln!("{account}: {d}");
