@@ -128,6 +128,48 @@ pub struct CollectionsHandler {
     concurrency: usize,
 }
 
+/// A batch's outcomes, as EMF metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchCounts {
+    pub applied: u64,
+    pub duplicate: u64,
+    pub ignored: u64,
+    pub quarantined: u64,
+    pub retried: u64,
+    /// Notifications sent by this batch (not by an earlier delivery of the same action).
+    pub actions_executed: u64,
+}
+
+impl BatchCounts {
+    pub fn count(&mut self, result: &MessageResult) {
+        match result {
+            MessageResult::Handled { .. } => self.applied += 1,
+            MessageResult::Duplicate { .. } => self.duplicate += 1,
+            MessageResult::Ignored => self.ignored += 1,
+            MessageResult::Quarantined { .. } => self.quarantined += 1,
+            MessageResult::Retry { .. } => self.retried += 1,
+        }
+        if let MessageResult::Handled { action: Some(a) }
+        | MessageResult::Duplicate { action: Some(a) } = result
+            && a.executed_now
+        {
+            self.actions_executed += 1;
+        }
+    }
+
+    /// EMF metric names and values (namespace `LoanServicing`, dimension `Consumer`).
+    pub fn metrics(&self) -> [(&'static str, u64); 6] {
+        [
+            ("Applied", self.applied),
+            ("Duplicate", self.duplicate),
+            ("Ignored", self.ignored),
+            ("Quarantined", self.quarantined),
+            ("Retried", self.retried),
+            ("ActionsExecuted", self.actions_executed),
+        ]
+    }
+}
+
 impl CollectionsHandler {
     pub fn new(store: ServicingStore, notifier: Notifier) -> Self {
         Self {
@@ -140,37 +182,14 @@ impl CollectionsHandler {
     pub async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
         let results = self.process(&event.records).await;
         let mut response = SqsBatchResponse::default();
-        let mut counts = [0u64; 6];
+        let mut counts = BatchCounts::default();
         for (id, result) in &results {
-            let slot = match result {
-                MessageResult::Handled { .. } => 0,
-                MessageResult::Duplicate { .. } => 1,
-                MessageResult::Ignored => 2,
-                MessageResult::Quarantined { .. } => 3,
-                MessageResult::Retry { .. } => 4,
-            };
-            counts[slot] += 1;
-            if let MessageResult::Handled { action: Some(a) }
-            | MessageResult::Duplicate { action: Some(a) } = result
-                && a.executed_now
-            {
-                counts[5] += 1;
-            }
+            counts.count(result);
             if matches!(result, MessageResult::Retry { .. }) {
                 response.add_failure(id.clone());
             }
         }
-        servicing_telemetry::emit(
-            CONSUMER,
-            &[
-                ("Applied", counts[0]),
-                ("Duplicate", counts[1]),
-                ("Ignored", counts[2]),
-                ("Quarantined", counts[3]),
-                ("Retried", counts[4]),
-                ("ActionsExecuted", counts[5]),
-            ],
-        );
+        servicing_telemetry::emit(CONSUMER, &counts.metrics());
         response
     }
 
@@ -357,4 +376,54 @@ fn lease_id() -> String {
         servicing_store::epoch_millis(),
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_a_batch_is_counted_should_count_only_the_calls_it_made_as_actions() {
+        let sent_now = ActionOutcome {
+            status: ActionStatus::Sent,
+            executed_now: true,
+        };
+        let settled_before = ActionOutcome {
+            executed_now: false,
+            ..sent_now
+        };
+        let mut counts = BatchCounts::default();
+        for result in [
+            MessageResult::Handled {
+                action: Some(sent_now),
+            },
+            MessageResult::Duplicate {
+                action: Some(settled_before),
+            },
+            MessageResult::Duplicate {
+                action: Some(sent_now),
+            },
+            MessageResult::Ignored,
+            MessageResult::Retry {
+                reason: "receiver down".into(),
+            },
+        ] {
+            counts.count(&result);
+        }
+        let metric = |name: &str| {
+            counts
+                .metrics()
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| *v)
+        };
+        assert_eq!(metric("Applied"), Some(1));
+        assert_eq!(metric("Duplicate"), Some(2));
+        assert_eq!(
+            metric("ActionsExecuted"),
+            Some(2),
+            "a twin's late call counts too"
+        );
+        assert_eq!((metric("Ignored"), metric("Retried")), (Some(1), Some(1)));
+    }
 }

@@ -41,6 +41,26 @@ impl Config {
     }
 }
 
+/// A run's figures, as EMF metrics (`ReconciliationProblems` and `ParkedExpired` alarm).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    pub reconciliation_problems: u64,
+    pub reconciled_applied: u64,
+    pub parked_expired: u64,
+    pub still_parked: u64,
+}
+
+impl RunCounts {
+    pub fn metrics(&self) -> [(&'static str, u64); 4] {
+        [
+            ("ReconciliationProblems", self.reconciliation_problems),
+            ("ReconciledApplied", self.reconciled_applied),
+            ("ParkedExpired", self.parked_expired),
+            ("StillParked", self.still_parked),
+        ]
+    }
+}
+
 /// One run: expiry of parked facts, then the window's reconciliation; emits
 /// `ReconciliationProblems`, `ReconciledApplied`, `ParkedExpired` and `StillParked`, and answers
 /// what it found.
@@ -67,15 +87,13 @@ pub async fn run(config: &Config, store: &ServicingStore) -> anyhow::Result<Valu
     for line in report.lines() {
         tracing::info!(line, "reconciliation");
     }
-    servicing_telemetry::emit(
-        "reconciler",
-        &[
-            ("ReconciliationProblems", report.problems.len() as u64),
-            ("ReconciledApplied", report.applied),
-            ("ParkedExpired", expiry.missing + expiry.mismatched),
-            ("StillParked", expiry.still_parked),
-        ],
-    );
+    let counts = RunCounts {
+        reconciliation_problems: report.problems.len() as u64,
+        reconciled_applied: report.applied,
+        parked_expired: expiry.missing + expiry.mismatched,
+        still_parked: expiry.still_parked,
+    };
+    servicing_telemetry::emit("reconciler", &counts.metrics());
     Ok(json!({
         "holds": report.holds(),
         "problems": report.problems,
