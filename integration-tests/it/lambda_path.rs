@@ -22,25 +22,15 @@ async fn send_duplicated(sqs: &aws_sdk_sqs::Client, queue_url: &str, streams: &[
     let mut sent = 0;
     for name in streams {
         let sample = fixture(&format!("{name}.jsonl"));
-        let lines: Vec<&str> = sample.lines().filter(|l| !l.trim().is_empty()).collect();
+        let lines: Vec<String> = sample
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect();
         let mut stream = lines.clone();
-        stream.extend(lines.iter().step_by(3));
-        for body in stream {
-            let account = serde_json::from_str::<Value>(body).expect("json")["accountId"]
-                .as_str()
-                .expect("account")
-                .to_owned();
-            sqs.send_message()
-                .queue_url(queue_url)
-                .message_body(body)
-                .message_group_id(account)
-                // A distinct deduplication id: the queue must not hide the duplicates from us.
-                .message_deduplication_id(unique_name("delivery"))
-                .send()
-                .await
-                .expect("send");
-            sent += 1;
-        }
+        stream.extend(lines.iter().step_by(3).cloned());
+        send_in_order(sqs, queue_url, &stream).await;
+        sent += stream.len();
     }
     sent
 }
@@ -384,7 +374,8 @@ async fn when_one_accounts_api_payment_keeps_failing_should_still_apply_another_
     );
 }
 
-/// Sends `bodies` to the FIFO servicing queue in order, grouped by account, each once.
+/// Sends `bodies` to the FIFO servicing queue in order, grouped by account; each send has a
+/// distinct deduplication id, so the queue never hides a duplicate from the consumer.
 async fn send_in_order(sqs: &aws_sdk_sqs::Client, queue_url: &str, bodies: &[String]) {
     for body in bodies {
         let account = serde_json::from_str::<Value>(body).expect("json")["accountId"]
