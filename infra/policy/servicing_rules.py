@@ -564,8 +564,11 @@ class OutboundUrlsAreHttps(ServicingRule):
 
 class StreamConsumersAlarmOnIteratorAge(ServicingRule):
     id = "E9111"
-    shortdesc = "A stream consumer has an IteratorAge alarm"
-    description = "A relay that falls behind its stream delays every downstream effect; say so."
+    shortdesc = "A stream consumer has an IteratorAge alarm and no reserved concurrency"
+    description = (
+        "A relay that falls behind its stream delays every downstream effect: say so, and never "
+        "cap it below its shard count with a reservation (it runs one invocation per shard)."
+    )
 
     def match(self, cfn):
         out = []
@@ -577,6 +580,9 @@ class StreamConsumersAlarmOnIteratorAge(ServicingRule):
                        and any(logical_id(d.get("Value")) == name for d in as_list(a.get("Dimensions") or []))
                        for a in alarms):
                 out.append(self.problem(["Resources", name], f"no IteratorAge alarm on {name}"))
+            if props(fn).get("ReservedConcurrentExecutions") is not None:
+                out.append(self.problem(["Resources", name, "Properties", "ReservedConcurrentExecutions"],
+                                        f"{name} reads a stream: a reservation below its shard count throttles it"))
         return out
 
 

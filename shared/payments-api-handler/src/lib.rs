@@ -171,7 +171,8 @@ impl PaymentsApi {
         // it is being committed DynamoDB answers TransactionConflict: wait briefly, ask again.
         for attempt in 0..4u32 {
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                tokio::time::sleep(servicing_store::backoff(attempt, Duration::from_millis(20)))
+                    .await;
             }
             let outcome = self
                 .store

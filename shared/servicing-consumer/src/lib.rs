@@ -14,7 +14,6 @@ mod metrics;
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures_util::{FutureExt, StreamExt};
@@ -455,7 +454,11 @@ impl AccountStateHandler {
                 attempt = settling.conflicts,
                 "concurrent change; re-reading"
             );
-            tokio::time::sleep(backoff(settling.conflicts, self.config.conflict_backoff)).await;
+            tokio::time::sleep(servicing_store::backoff(
+                settling.conflicts,
+                self.config.conflict_backoff,
+            ))
+            .await;
         }
         Ok(reread)
     }
@@ -628,14 +631,4 @@ fn receive_count(message: &SqsMessage) -> u32 {
         .get("ApproximateReceiveCount")
         .and_then(|c| c.parse().ok())
         .unwrap_or(1)
-}
-
-/// Exponential backoff with full jitter, from a cheap per-call random source.
-fn backoff(attempt: u32, base: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(attempt);
-    let cap = base.saturating_mul(1 << attempt.min(6));
-    let millis = cap.as_millis().max(1) as u64;
-    Duration::from_millis(hasher.finish() % millis)
 }

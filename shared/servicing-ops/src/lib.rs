@@ -51,7 +51,9 @@ pub async fn scan_types(
         .collect();
     for found in futures_util::future::try_join_all(segments).await? {
         for item in found {
-            if let Some(bucket) = text(&item, "itemType").and_then(|t| by_type.get_mut(t)) {
+            if let Some(bucket) =
+                text(&item, servicing_store::items::ITEM_TYPE).and_then(|t| by_type.get_mut(t))
+            {
                 bucket.push(item);
             }
         }
@@ -115,13 +117,6 @@ pub async fn account_state_claim(
 pub fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
     match item.get(name) {
         Some(AttributeValue::S(v)) => Some(v),
-        _ => None,
-    }
-}
-
-pub fn number(item: &Item, name: &str) -> Option<i64> {
-    match item.get(name) {
-        Some(AttributeValue::N(v)) => v.parse().ok(),
         _ => None,
     }
 }

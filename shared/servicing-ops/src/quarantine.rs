@@ -81,14 +81,14 @@ pub async fn inspect(
     let got = client
         .get_item()
         .table_name(table)
-        .key("pk", AttributeValue::S(pk))
-        .key("sk", AttributeValue::S(sk))
+        .key(servicing_store::items::PK, AttributeValue::S(pk))
+        .key(servicing_store::items::SK, AttributeValue::S(sk))
         .consistent_read(true)
         .send()
         .await
         .map_err(failed(format!("cannot read {id}")))?;
     got.item
-        .filter(|i| text(i, "itemType") == Some(QuarantineRecord::ITEM_TYPE))
+        .filter(|i| text(i, servicing_store::items::ITEM_TYPE) == Some(QuarantineRecord::ITEM_TYPE))
         .map(Quarantined::from_item)
         .ok_or_else(|| anyhow::anyhow!("no quarantine item {id}"))?
 }
@@ -205,8 +205,8 @@ pub async fn redrive(
     client
         .update_item()
         .table_name(table)
-        .key("pk", AttributeValue::S(pk))
-        .key("sk", AttributeValue::S(sk))
+        .key(servicing_store::items::PK, AttributeValue::S(pk))
+        .key(servicing_store::items::SK, AttributeValue::S(sk))
         .update_expression(
             "SET redrivenAt = :now, redriveCount = if_not_exists(redriveCount, :zero) + :one",
         )

@@ -4,10 +4,15 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use servicing_domain::StoredAllocation;
 use servicing_domain::{Fingerprint, ServicingEvent, SourceRef};
+use servicing_store::items;
 use servicing_store::schema::{self, ClaimRecord, QuarantineRecord};
 
-use crate::{Item, number, scan_types, text};
+/// The allocation items' type (`items::allocation_item`).
+const ALLOCATION: &str = "ALLOCATION";
+
+use crate::{Item, scan_types, text};
 
 /// What the claims and quarantine items of one consumer say about a window.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -121,8 +126,8 @@ fn decoded<T: serde::de::DeserializeOwned>(
         .filter_map(|item| {
             let key = format!(
                 "{} / {}",
-                text(&item, "pk").unwrap_or("?"),
-                text(&item, "sk").unwrap_or("?")
+                text(&item, items::PK).unwrap_or("?"),
+                text(&item, items::SK).unwrap_or("?")
             );
             schema::from_item(item)
                 .map_err(|e| problems.push(format!("{what} {key} does not decode: {e}")))
@@ -146,7 +151,7 @@ pub async fn reconcile(
         &[
             ClaimRecord::ITEM_TYPE,
             QuarantineRecord::ITEM_TYPE,
-            "ALLOCATION",
+            ALLOCATION,
         ],
     )
     .await?;
@@ -172,8 +177,9 @@ pub async fn reconcile(
     .into_iter()
     .filter(|q: &QuarantineRecord| q.consumer == consumer)
     .collect();
-    // Allocations stay raw: the money check must see a tampered part, not fail to decode it.
-    let allocations = of_type("ALLOCATION");
+    // A tampered part still decodes (and fails the sum below); a mangled item is a problem.
+    let allocations: Vec<StoredAllocation> =
+        decoded(of_type(ALLOCATION), "allocation", &mut report.problems);
 
     let claims_by_source: HashMap<SourceRef, &ClaimRecord> =
         claims.iter().map(|c| (c.source(), c)).collect();
@@ -286,24 +292,24 @@ pub async fn reconcile(
     // Money: every allocation sums to its payment; every applied payment has its allocation.
     let allocation_keys: HashSet<(String, String)> = allocations
         .iter()
-        .filter_map(|a| Some((text(a, "pk")?.to_owned(), text(a, "sk")?.to_owned())))
+        .map(|a| items::allocation_key(&a.account_id, &a.payment))
         .collect();
     for a in &allocations {
         report.allocations_checked += 1;
-        let part = |name: &str| match a.get("allocation") {
-            Some(aws_sdk_dynamodb::types::AttributeValue::M(m)) => number(m, name),
-            _ => None,
-        };
-        let parts = ["fees", "interest", "principal", "credit"].map(part);
-        let amount = number(a, "amountMinor");
-        let sum: Option<i64> = parts
-            .iter()
-            .try_fold(0i64, |acc, p| p.filter(|v| *v >= 0).map(|v| acc + v));
-        if sum.is_none() || sum != amount {
+        let parts = [
+            a.allocation.fees,
+            a.allocation.interest,
+            a.allocation.principal,
+            a.allocation.credit,
+        ];
+        let sum = parts.iter().try_fold(0i64, |acc, p| {
+            (*p >= 0).then(|| acc.checked_add(*p)).flatten()
+        });
+        if sum != Some(a.amount_minor) {
+            let (pk, sk) = items::allocation_key(&a.account_id, &a.payment);
             report.problems.push(format!(
-                "allocation {} / {}: parts {parts:?} do not sum to the payment {amount:?}",
-                text(a, "pk").unwrap_or_default(),
-                text(a, "sk").unwrap_or_default()
+                "allocation {pk} / {sk}: parts {parts:?} do not sum to the payment {}",
+                a.amount_minor
             ));
         }
     }

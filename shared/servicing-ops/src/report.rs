@@ -3,6 +3,7 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::AccountId;
+use servicing_store::schema::{self, OutboxRecord};
 use servicing_store::{ServicingStore, StoreError};
 
 /// The `detail` of an account's outbox events of one type, in business-time order. A scan:
@@ -17,7 +18,7 @@ pub async fn outbox_details(
         .scan()
         .table_name(store.table())
         .filter_expression("itemType = :outbox AND accountId = :account AND detailType = :type")
-        .expression_attribute_values(":outbox", AttributeValue::S("OUTBOX".into()))
+        .expression_attribute_values(":outbox", AttributeValue::S(OutboxRecord::ITEM_TYPE.into()))
         .expression_attribute_values(":account", AttributeValue::S(account_id.as_str().into()))
         .expression_attribute_values(":type", AttributeValue::S(detail_type.into()))
         .consistent_read(true)
@@ -28,13 +29,17 @@ pub async fn outbox_details(
         .await
         .map_err(servicing_store::classify)?;
     let mut out = found
-        .iter()
+        .into_iter()
         .map(|item| {
-            servicing_store::items::string(item, "detail")
-                .and_then(|d| serde_json::from_str(d).ok())
-                .ok_or_else(|| StoreError::Corrupt("outbox item without a JSON detail".into()))
+            let record: OutboxRecord = schema::from_item(item)?;
+            serde_json::from_str(&record.detail).map_err(|e| {
+                StoreError::Corrupt(format!(
+                    "outbox {} detail is not JSON: {e}",
+                    record.event_id
+                ))
+            })
         })
-        .collect::<Result<Vec<serde_json::Value>, _>>()?;
+        .collect::<Result<Vec<serde_json::Value>, StoreError>>()?;
     out.sort_by(|a: &serde_json::Value, b| {
         (a["occurredAt"].as_str(), a["eventId"].as_str())
             .cmp(&(b["occurredAt"].as_str(), b["eventId"].as_str()))

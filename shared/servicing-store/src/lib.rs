@@ -85,6 +85,17 @@ pub fn epoch_millis() -> i64 {
     now_epoch().1
 }
 
+/// The one backoff between attempts that lost to a concurrent writer: exponential (capped at
+/// 64 × `base`) with full jitter, from a cheap per-call random source.
+pub fn backoff(attempt: u32, base: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(attempt);
+    let cap = base.saturating_mul(1 << attempt.min(6));
+    let millis = cap.as_millis().max(1) as u64;
+    Duration::from_millis(hasher.finish() % millis)
+}
+
 pub(crate) fn now_epoch() -> (i64, i64) {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
