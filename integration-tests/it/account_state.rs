@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use integration_tests::faults::{Fault, FaultPlan};
-use integration_tests::servicing::{Servicing, assert_state_matches, attr_s, fixture, sqs_message};
+use integration_tests::servicing::{Servicing, assert_state_matches, fixture, sqs_message};
 use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
 use servicing_consumer::{BatchCounts, MessageResult};
@@ -337,16 +337,18 @@ async fn when_an_identity_is_reused_with_another_payload_should_quarantine_the_c
     let quarantined = servicing.quarantine().await;
     assert_eq!(quarantined.len(), 2);
     for item in &quarantined {
-        assert_eq!(attr_s(item, "code"), Some("collision"));
-        let stored = attr_s(item, "storedFingerprint").expect("stored fingerprint");
-        let received = attr_s(item, "receivedFingerprint").expect("received fingerprint");
+        assert_eq!(item.code, "collision");
+        let stored = item
+            .stored_fingerprint
+            .as_deref()
+            .expect("stored fingerprint");
+        let received = item
+            .received_fingerprint
+            .as_deref()
+            .expect("received fingerprint");
         assert!(stored.starts_with("sha256:") && received.starts_with("sha256:"));
         assert_ne!(stored, received);
-        assert!(
-            attr_s(item, "rawBody")
-                .expect("raw body")
-                .contains("pmt-dup")
-        );
+        assert!(item.raw_body.contains("pmt-dup"));
     }
 }
 
@@ -449,20 +451,16 @@ async fn when_bad_input_arrives_should_quarantine_each_with_a_specific_reason(en
         );
         let item = stored
             .iter()
-            .find(|q| attr_s(q, "messageId") == Some(id.as_str()))
+            .find(|q| q.message_id == id)
             .unwrap_or_else(|| panic!("case {i} has no quarantine item"));
-        let reason = attr_s(item, "reason").expect("reason");
+        let reason = &item.reason;
         assert!(
             reason.contains(&case.reason),
             "case {i}: reason {reason:?} lacks {:?}",
             case.reason
         );
-        assert_eq!(
-            attr_s(item, "rawBody"),
-            Some(case.body.as_str()),
-            "case {i}: raw body kept"
-        );
-        assert_eq!(attr_s(item, "code"), Some(case.code.as_str()));
+        assert_eq!(item.raw_body, case.body, "case {i}: raw body kept");
+        assert_eq!(item.code, case.code);
     }
     assert_eq!(
         stored.len(),
@@ -833,7 +831,7 @@ async fn when_a_batch_mixes_duplicates_collisions_and_new_facts_should_settle_ea
     assert_eq!(principal(&servicing, "acc_mix").await, (96_080, 38));
     let quarantined = servicing.quarantine().await;
     assert_eq!(quarantined.len(), 1, "{quarantined:?}");
-    assert_eq!(attr_s(&quarantined[0], "code"), Some("collision"));
+    assert_eq!(quarantined[0].code, "collision");
 }
 
 async fn when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_them_in_order(

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use collections_handler::{ActionOutcome, CONSUMER, CollectionsHandler, MessageResult, Notifier};
 use integration_tests::Engine;
 use integration_tests::faults::{Fault, FaultPlan};
-use integration_tests::servicing::{Servicing, attr_s, sqs_message};
+use integration_tests::servicing::{Servicing, sqs_message};
 use serde_json::{Value, json};
 use servicing_store::ActionStatus;
 
@@ -131,14 +131,9 @@ async fn action_status(servicing: &Servicing, action_id: &str) -> (String, Strin
         .expect("get")
         .item
         .expect("action recorded");
-    let attempts = match item.get("attempts") {
-        Some(AttributeValue::N(n)) => n.clone(),
-        _ => String::new(),
-    };
-    (
-        attr_s(&item, "status").unwrap_or_default().to_owned(),
-        attempts,
-    )
+    let action: servicing_store::schema::ActionItem =
+        servicing_store::schema::from_item(item).expect("an action record");
+    (action.status, action.attempts.to_string())
 }
 
 const SENT_NOW: Option<ActionOutcome> = Some(ActionOutcome {

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_lambda::types::{EventSourcePosition, Filter, FilterCriteria, FunctionResponseType};
 use integration_tests::lambda::{deploy, pending, queue};
 use integration_tests::routing::route;
-use integration_tests::servicing::{Servicing, assert_state_matches, attr_s, fixture};
+use integration_tests::servicing::{Servicing, assert_state_matches, fixture};
 use integration_tests::{Engine, unique_name};
 use serde_json::{Value, json};
 
@@ -363,10 +363,10 @@ async fn when_one_accounts_api_payment_keeps_failing_should_still_apply_another_
     assert!(pending(&sqs, &servicing_url).await >= 1);
     assert!(servicing.quarantine().await.is_empty());
     let stuck_claims = servicing
-        .items_of_type("CLAIM")
+        .claims()
         .await
         .into_iter()
-        .filter(|c| attr_s(c, "accountId") == Some(stuck))
+        .filter(|c| c.account_id == stuck)
         .count();
     assert_eq!(
         stuck_claims, 1,

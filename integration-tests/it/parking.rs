@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use integration_tests::servicing::{Servicing, attr_s, sqs_message};
+use integration_tests::servicing::{Servicing, sqs_message};
 use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, BatchCounts, MessageResult};
@@ -507,11 +507,11 @@ async fn when_a_payment_is_reversed_twice_in_one_batch_should_apply_one_and_reje
         .quarantine()
         .await
         .into_iter()
-        .filter(|q| attr_s(q, "accountId") == Some(b))
+        .filter(|q| q.account_id.as_deref() == Some(b))
         .collect();
     assert_eq!(quarantined.len(), 1);
-    assert_eq!(attr_s(&quarantined[0], "code"), Some("already_reversed"));
-    assert!(attr_s(&quarantined[0], "rawBody").is_some_and(|body| body.contains("chb-b")));
+    assert_eq!(quarantined[0].code, "already_reversed");
+    assert!(quarantined[0].raw_body.contains("chb-b"));
 }
 
 async fn when_a_parked_fact_is_redelivered_should_be_a_duplicate_or_a_collision(engine: Engine) {
@@ -605,9 +605,8 @@ async fn when_a_fact_stays_parked_past_the_retention_should_be_quarantined_and_r
     let code_of = |id: &str| {
         quarantine
             .iter()
-            .find(|q| attr_s(q, "sourceEventId") == Some(id))
-            .and_then(|q| attr_s(q, "code"))
-            .map(str::to_owned)
+            .find(|q| q.source_event_id.as_deref() == Some(id))
+            .map(|q| q.code.clone())
     };
     assert_eq!(
         code_of("rev-other").as_deref(),
@@ -620,15 +619,18 @@ async fn when_a_fact_stays_parked_past_the_retention_should_be_quarantined_and_r
     assert_eq!(code_of("fee-n").as_deref(), Some("awaited_fact_missing"));
     let reason = quarantine
         .iter()
-        .find(|q| attr_s(q, "sourceEventId") == Some("rev-missing"))
-        .and_then(|q| attr_s(q, "reason"))
+        .find(|q| q.source_event_id.as_deref() == Some("rev-missing"))
+        .map(|q| q.reason.as_str())
         .unwrap_or_default();
     assert!(reason.contains("payment psp:pay-never"), "{reason}");
     let shells: Vec<_> = servicing
         .items_of_type("LOAN")
         .await
         .into_iter()
-        .filter(|item| attr_s(item, "accountId") == Some("acc_never_opened"))
+        .filter(|item| {
+            servicing_store::items::string(item, servicing_store::items::ACCOUNT_ID)
+                == Some("acc_never_opened")
+        })
         .collect();
     assert!(
         shells.is_empty(),

@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use integration_tests::Engine;
 use integration_tests::api_gateway::event;
 use integration_tests::faults::{Fault, FaultPlan};
-use integration_tests::servicing::{Servicing, attr_s, sqs_message};
+use integration_tests::servicing::{Servicing, sqs_message};
 use lambda_http::{Body, Response};
 use payments_api_handler::PaymentsApi;
 use serde_json::{Value, json};
@@ -57,14 +57,12 @@ fn payment(account: &str, amount: i64, reference: &str) -> String {
 }
 
 /// The outbox items the API wrote (one per accepted payment).
-async fn api_outbox(
-    servicing: &Servicing,
-) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+async fn api_outbox(servicing: &Servicing) -> Vec<servicing_store::schema::OutboxRecord> {
     servicing
-        .items_of_type("OUTBOX")
+        .outbox_records()
         .await
         .into_iter()
-        .filter(|i| attr_s(i, "source") == Some("servicing.payments-api"))
+        .filter(|record| record.source == payments_api_handler::EVENT_SOURCE)
         .collect()
 }
 
@@ -287,7 +285,7 @@ async fn when_every_documented_status_is_exercised_should_match_the_openapi_docu
     let api_events: Vec<Value> = api_outbox(&servicing)
         .await
         .iter()
-        .map(|i| serde_json::from_str(attr_s(i, "detail").expect("detail")).expect("json"))
+        .map(|record| serde_json::from_str(&record.detail).expect("json"))
         .collect();
     assert_eq!(api_events.len(), 2);
     for detail in &api_events {
@@ -403,8 +401,7 @@ async fn when_20_concurrent_posts_share_one_key_should_store_one_outbox_item(eng
     assert_eq!(outbox.len(), 1);
     // The event is the domain's canonical form plus the transport fields the contract
     // tolerates: what the consumer decodes and fingerprints is exactly what the API wrote.
-    let mut detail: Value =
-        serde_json::from_str(attr_s(&outbox[0], "detail").expect("detail")).expect("json");
+    let mut detail: Value = serde_json::from_str(&outbox[0].detail).expect("json");
     let decoded = ServicingEvent::decode(detail.to_string().as_bytes()).expect("a contract event");
     let object = detail.as_object_mut().expect("object");
     assert_eq!(object.remove("reference"), Some(json!("race")));

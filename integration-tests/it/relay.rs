@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use integration_tests::routing::RoutedBus;
-use integration_tests::servicing::{Servicing, attr_s};
+use integration_tests::servicing::Servicing;
 use integration_tests::{Engine, streams};
 use outbox_relay_handler::{CONSUMER, OutboxRelay};
 use serde_json::{Value, json};
@@ -412,10 +412,7 @@ async fn when_an_outbox_record_can_never_be_published_should_quarantine_it_and_m
         (2, 2, None)
     );
     let quarantined = servicing.quarantine().await;
-    let reasons: Vec<&str> = quarantined
-        .iter()
-        .filter_map(|q| attr_s(q, "reason"))
-        .collect();
+    let reasons: Vec<&str> = quarantined.iter().map(|q| q.reason.as_str()).collect();
     assert!(
         reasons
             .iter()

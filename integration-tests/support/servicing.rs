@@ -15,6 +15,7 @@ use aws_sdk_dynamodb::types::{
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, Config};
 use servicing_domain::{AccountId, LoanAccount, StoredAllocation};
+use servicing_store::schema::{self, ClaimRecord, OutboxRecord, QuarantineRecord};
 use servicing_store::{ServicingStore, StoreConfig};
 
 use crate::faults::FaultPlan;
@@ -239,13 +240,11 @@ impl Servicing {
     /// Outbox details (parsed) for one account, in business-time order.
     pub async fn outbox(&self, account: &str) -> Vec<Value> {
         let mut details: Vec<Value> = self
-            .items_of_type("OUTBOX")
+            .outbox_records()
             .await
             .iter()
-            .filter(|item| attr_s(item, "accountId") == Some(account))
-            .map(|item| {
-                serde_json::from_str(attr_s(item, "detail").expect("detail")).expect("json")
-            })
+            .filter(|record| record.account_id == account)
+            .map(|record| serde_json::from_str(&record.detail).expect("json"))
             .collect();
         details.sort_by(|a, b| {
             (a["occurredAt"].as_str(), a["eventType"].as_str())
@@ -275,18 +274,25 @@ impl Servicing {
             .expect("delete the table");
     }
 
-    pub async fn quarantine(&self) -> Vec<std::collections::HashMap<String, AttributeValue>> {
-        self.items_of_type("QUARANTINE").await
+    /// Every item of a record type, decoded through the store's schema.
+    pub async fn records<T: serde::de::DeserializeOwned>(&self, item_type: &str) -> Vec<T> {
+        self.items_of_type(item_type)
+            .await
+            .into_iter()
+            .map(|item| schema::from_item(item).expect("a record of its schema"))
+            .collect()
     }
-}
 
-pub fn attr_s<'a>(
-    item: &'a std::collections::HashMap<String, AttributeValue>,
-    name: &str,
-) -> Option<&'a str> {
-    match item.get(name) {
-        Some(AttributeValue::S(v)) => Some(v),
-        _ => None,
+    pub async fn quarantine(&self) -> Vec<QuarantineRecord> {
+        self.records(QuarantineRecord::ITEM_TYPE).await
+    }
+
+    pub async fn claims(&self) -> Vec<ClaimRecord> {
+        self.records(ClaimRecord::ITEM_TYPE).await
+    }
+
+    pub async fn outbox_records(&self) -> Vec<OutboxRecord> {
+        self.records(OutboxRecord::ITEM_TYPE).await
     }
 }
 
