@@ -17,9 +17,7 @@ pub struct Config {
 }
 
 impl FromSettings for Config {
-    fn from_settings<F: Fn(&str) -> Option<String>>(
-        settings: &Settings<F>,
-    ) -> Result<Self, ConfigError> {
+    fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
             table: settings.required("TABLE_NAME")?,
             event_bus: settings.required("EVENT_BUS_NAME")?,

@@ -59,9 +59,7 @@ impl Config {
 }
 
 impl FromSettings for Config {
-    fn from_settings<F: Fn(&str) -> Option<String>>(
-        settings: &Settings<F>,
-    ) -> Result<Self, ConfigError> {
+    fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
         let mut config = Self::for_table(settings.required("TABLE_NAME")?);
         config.claim_retention = settings.days("CLAIM_RETENTION_DAYS", 35, 1..=3650)?;
         config.max_event_time_skew = Duration::from_secs(settings.number(

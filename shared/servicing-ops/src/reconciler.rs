@@ -22,9 +22,7 @@ pub struct Config {
 }
 
 impl FromSettings for Config {
-    fn from_settings<F: Fn(&str) -> Option<String>>(
-        settings: &Settings<F>,
-    ) -> Result<Self, ConfigError> {
+    fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
             table: settings.required("TABLE_NAME")?,
             window_hours: settings.number("WINDOW_HOURS", 25, 1..=24 * 400)?,

@@ -18,12 +18,15 @@ pub enum ConfigError {
     },
 }
 
+/// A setting's value by name (`None`: unset).
+type Lookup<'a> = Box<dyn Fn(&str) -> Option<String> + 'a>;
+
 /// Where settings come from.
-pub struct Settings<F> {
-    get: F,
+pub struct Settings<'a> {
+    get: Lookup<'a>,
 }
 
-impl<F> std::fmt::Debug for Settings<F> {
+impl std::fmt::Debug for Settings<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Settings")
     }
@@ -33,16 +36,14 @@ fn environment(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-impl Settings<fn(&str) -> Option<String>> {
+impl<'a> Settings<'a> {
     /// The process environment.
     pub fn from_env() -> Self {
-        Self { get: environment }
+        Self::new(environment)
     }
-}
 
-impl<F: Fn(&str) -> Option<String>> Settings<F> {
-    pub fn new(get: F) -> Self {
-        Self { get }
+    pub fn new(get: impl Fn(&str) -> Option<String> + 'a) -> Self {
+        Self { get: Box::new(get) }
     }
 
     /// A value that must be present and non-empty.
@@ -90,9 +91,7 @@ impl<F: Fn(&str) -> Option<String>> Settings<F> {
 /// A function's typed configuration, read from [`Settings`]: implement `from_settings`, get
 /// `from_env` (the cold start) and `from_lookup` (tests) with it.
 pub trait FromSettings: Sized {
-    fn from_settings<F: Fn(&str) -> Option<String>>(
-        settings: &Settings<F>,
-    ) -> Result<Self, ConfigError>;
+    fn from_settings(settings: &Settings) -> Result<Self, ConfigError>;
 
     fn from_env() -> Result<Self, ConfigError> {
         Self::from_settings(&Settings::from_env())
