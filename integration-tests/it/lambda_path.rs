@@ -10,7 +10,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_lambda::types::{EventSourcePosition, Filter, FilterCriteria, FunctionResponseType};
 use integration_tests::lambda::{deploy, pending, queue};
-use integration_tests::routing::route;
+use integration_tests::routing::{create_bus, route};
 use integration_tests::servicing::{Servicing, assert_state_matches, fixture};
 use integration_tests::{Engine, unique_name};
 use serde_json::{Value, json};
@@ -170,13 +170,7 @@ async fn deploy_servicing_path(servicing: &Servicing) -> DeployedServicing {
     sqs_mapping(&lambda, &account_state, &servicing_arn).await;
 
     // The relay on the table's stream, filtered to outbox inserts (the code filters too).
-    let bus = unique_name("bus");
-    events
-        .create_event_bus()
-        .name(&bus)
-        .send()
-        .await
-        .expect("bus");
+    let bus = create_bus(&events).await;
     let relay = deploy(
         &lambda,
         "outbox-relay",

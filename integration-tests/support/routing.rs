@@ -37,6 +37,18 @@ pub async fn route(
         .expect("targets");
 }
 
+/// A fresh custom event bus; its name.
+pub async fn create_bus(events: &aws_sdk_eventbridge::Client) -> String {
+    let bus = unique_name("bus");
+    events
+        .create_event_bus()
+        .name(&bus)
+        .send()
+        .await
+        .expect("bus");
+    bus
+}
+
 /// A fresh bus whose rule (`pattern`) routes matching events into a fresh queue.
 #[derive(Debug)]
 pub struct RoutedBus {
@@ -50,13 +62,7 @@ impl RoutedBus {
         let sqs = aws_sdk_sqs::Client::new(config);
         let events = aws_sdk_eventbridge::Client::new(config);
         let (queue_url, queue_arn) = queue(&sqs, "routed", false).await;
-        let bus = unique_name("bus");
-        events
-            .create_event_bus()
-            .name(&bus)
-            .send()
-            .await
-            .expect("bus");
+        let bus = create_bus(&events).await;
         route(&events, &bus, &pattern, &queue_arn).await;
         Self {
             bus,

@@ -13,9 +13,6 @@ pub const PK: &str = "pk";
 pub const SK: &str = "sk";
 pub const ITEM_TYPE: &str = "itemType";
 pub const VERSION: &str = "version";
-pub const EXPIRES_AT: &str = "expiresAt";
-/// Until when an API idempotency record replays its response (it is never deleted).
-pub const REPLAY_UNTIL: &str = "replayUntil";
 pub const FINGERPRINT: &str = "fingerprint";
 pub const VERDICT: &str = "verdict";
 pub const REVERSED_BY: &str = "reversedBy";
@@ -302,10 +299,11 @@ pub fn string<'a>(item: &'a Item, attribute: &str) -> Option<&'a str> {
     }
 }
 
-fn encode_error(e: serde_dynamo::Error) -> StoreError {
+/// How a `serde_dynamo` failure is reported, for every item type (here and in `schema`).
+pub(crate) fn encode_error(e: serde_dynamo::Error) -> StoreError {
     StoreError::Corrupt(format!("cannot encode item: {e}"))
 }
 
-fn decode_error(e: serde_dynamo::Error) -> StoreError {
+pub(crate) fn decode_error(e: serde_dynamo::Error) -> StoreError {
     StoreError::Corrupt(format!("cannot decode item: {e}"))
 }

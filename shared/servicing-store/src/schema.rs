@@ -181,12 +181,12 @@ impl ActionItem {
 
 /// `record` as a table item.
 pub fn to_item<T: Serialize>(record: &T) -> Result<Item, StoreError> {
-    serde_dynamo::to_item(record).map_err(|e| StoreError::Rejected(format!("cannot encode: {e}")))
+    serde_dynamo::to_item(record).map_err(crate::items::encode_error)
 }
 
 /// An item as the record it must be (`Corrupt` when it is not).
 pub fn from_item<T: serde::de::DeserializeOwned>(item: Item) -> Result<T, StoreError> {
-    serde_dynamo::from_item(item).map_err(|e| StoreError::Corrupt(e.to_string()))
+    serde_dynamo::from_item(item).map_err(crate::items::decode_error)
 }
 
 #[cfg(test)]
