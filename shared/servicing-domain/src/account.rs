@@ -3,6 +3,7 @@
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 
+use crate::fingerprint::FactTag;
 use crate::types::{AccountId, Currency, MoneyError, SourceRef, add_minor, sub_minor};
 
 /// The state of one loan account, as the account-state consumer keeps it.
@@ -28,6 +29,10 @@ pub struct LoanAccount {
     /// The business date of its `LOAN_OPENED` (absent on items written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opened_on: Option<NaiveDate>,
+    /// The tag of its `LOAN_OPENED`: a resend of it (claim expired) is a duplicate, another
+    /// opening is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opening_fact: Option<FactTag>,
 }
 
 /// One scheduled installment and how much of it has been paid.
@@ -38,6 +43,10 @@ pub struct Installment {
     pub due_date: NaiveDate,
     pub due_minor: i64,
     pub paid_minor: i64,
+    /// The tag of the `INSTALLMENT_DUE` that recorded it: a resend of it (claim expired) is a
+    /// duplicate, another bill of the same number is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fact: Option<FactTag>,
 }
 
 impl Installment {
@@ -152,6 +161,7 @@ impl LoanAccount {
             delinquency_bucket: Bucket::Current,
             business_date,
             opened_on: Some(business_date),
+            opening_fact: None,
         }
     }
 

@@ -4,6 +4,7 @@ use serde_json::json;
 
 use crate::account::{Bucket, LoanAccount, StoredAllocation};
 use crate::event::{EventKind, ServicingEvent};
+use crate::fingerprint::FactTag;
 use crate::outbox::{DomainEvent, detail_types};
 use crate::types::{Money, MoneyError, SourceRef, add_minor};
 
@@ -120,6 +121,9 @@ pub enum ReversalTarget<'a> {
     Applied(&'a StoredAllocation),
     /// Applied on another account (known from its claim, which names the account).
     AppliedElsewhere(&'a crate::AccountId),
+    /// An applied fact that is not a `PAYMENT_SETTLED` (a fee, another reversal, …), with its
+    /// `eventType` (known from its claim, on whichever account): never reversible.
+    NotAPayment(&'a str),
 }
 
 /// Applies `event` to `account` (`None` when the account does not exist).
@@ -143,6 +147,19 @@ fn step(
     reversal_target: Option<ReversalTarget<'_>>,
 ) -> Result<Outcome, Rejection> {
     let date = event.business_date();
+    // Known to be refused whatever the account's state: not parked, not even on its opening.
+    if let (
+        EventKind::PaymentReversed { reversal_of, .. },
+        Some(ReversalTarget::NotAPayment(event_type)),
+    ) = (&event.kind, reversal_target)
+    {
+        return Ok(reject(
+            "reversal_target_not_a_payment",
+            format!(
+                "reversal target {reversal_of} is a {event_type}, not a PAYMENT_SETTLED: only payments can be reversed"
+            ),
+        ));
+    }
     let (account, mut next) = match (&event.kind, account) {
         (
             EventKind::LoanOpened {
@@ -151,13 +168,14 @@ fn step(
             },
             None,
         ) => {
-            let opened = LoanAccount::opened(
+            let mut opened = LoanAccount::opened(
                 event.account_id.clone(),
                 principal.currency,
                 principal.minor(),
                 credit_limit.map(|l| l.minor()),
                 date,
             );
+            opened.opening_fact = Some(FactTag::of(event));
             let payload = json!({
                 "currency": principal.currency,
                 "principalMinor": principal.minor(),
@@ -170,7 +188,11 @@ fn step(
                 outbox,
             })));
         }
-        (EventKind::LoanOpened { .. }, Some(_)) => {
+        (EventKind::LoanOpened { .. }, Some(account)) => {
+            // The same fact again, its claim expired: already applied, nothing to write.
+            if account.opening_fact.as_ref() == Some(&FactTag::of(event)) {
+                return Ok(Outcome::AlreadyApplied);
+            }
             return Ok(reject(
                 "account_exists",
                 format!("account {} is already opened", event.account_id),
@@ -191,22 +213,27 @@ fn step(
             principal,
             interest,
         } => {
+            let tag = FactTag::of(event);
+            if let Some(recorded) = next
+                .installments
+                .iter()
+                .find(|i| i.installment_no == *installment_no)
+            {
+                // The same bill again, its claim expired: already applied, nothing to write.
+                if recorded.fact.as_ref() == Some(&tag) {
+                    return Ok(Outcome::AlreadyApplied);
+                }
+                return Ok(reject(
+                    "installment_exists",
+                    format!("installment {installment_no} is already recorded"),
+                ));
+            }
             if let Some(opened) = account.opened_on.filter(|opened| due_date < opened) {
                 return Ok(reject(
                     "due_before_opening",
                     format!(
                         "installment {installment_no} is due {due_date}, before the account opened on {opened}"
                     ),
-                ));
-            }
-            if next
-                .installments
-                .iter()
-                .any(|i| i.installment_no == *installment_no)
-            {
-                return Ok(reject(
-                    "installment_exists",
-                    format!("installment {installment_no} is already recorded"),
                 ));
             }
             let due = add_minor(principal.minor(), interest.minor())?;
@@ -217,6 +244,7 @@ fn step(
                 due_date: *due_date,
                 due_minor: due,
                 paid_minor: 0,
+                fact: Some(tag),
             });
             let payload = json!({
                 "installmentNo": installment_no,
@@ -271,6 +299,7 @@ fn step(
                 Some(ReversalTarget::AppliedElsewhere(other)) => {
                     return Ok(mismatch(reversal_of, other, &event.account_id));
                 }
+                Some(ReversalTarget::NotAPayment(_)) => unreachable!("refused above"),
                 _ => {
                     return Ok(Outcome::Deferred(Deferral::ReversalTargetNotApplied(
                         reversal_of.clone(),

@@ -6,7 +6,7 @@
 use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
-use crate::types::{AccountId, Amount, Currency, Money, RuleViolation, SourceRef};
+use crate::types::{AMOUNT_RULE, AccountId, Amount, Currency, Money, RuleViolation, SourceRef};
 
 /// Default `MAX_EVENT_TIME_SKEW`: how far ahead of the consumer's clock an `eventTime` may be.
 pub const DEFAULT_MAX_EVENT_TIME_SKEW: std::time::Duration =
@@ -14,6 +14,9 @@ pub const DEFAULT_MAX_EVENT_TIME_SKEW: std::time::Duration =
 
 /// The quarantine code of an event dated too far ahead.
 pub const EVENT_TIME_IN_FUTURE: &str = "event_time_in_future";
+
+/// The UTF-8 encoding of U+FEFF, which some tools write at the start of a text.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// The only schema major version this build understands.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -111,6 +114,64 @@ fn with_field(field: &'static str) -> impl Fn(RuleViolation) -> DecodeError {
     move |v| field_error(field, v.0)
 }
 
+/// Why a JSON value is not an `i64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NotAnInt {
+    /// A whole number above `i64::MAX` (an integer beyond `u64`, or `1e30`, arrives as a float).
+    TooLarge,
+    /// A whole number below `i64::MIN`.
+    TooNegative,
+    NegativeZero,
+    Fraction,
+    /// A whole number spelt with a decimal point or an exponent (`1.0`, `1e3`).
+    NotPlain,
+    NotANumber,
+}
+
+impl NotAnInt {
+    fn rule(self) -> &'static str {
+        match self {
+            NotAnInt::TooLarge => "is too large",
+            NotAnInt::TooNegative => "is too large a negative number",
+            NotAnInt::NegativeZero => "must be a plain integer, not negative (-0)",
+            NotAnInt::Fraction => "must be an integer, not a fraction",
+            NotAnInt::NotPlain => {
+                "must be an integer, not a fraction: write it without a decimal point or exponent"
+            }
+            NotAnInt::NotANumber => "must be an integer",
+        }
+    }
+}
+
+/// 2^63: the first magnitude an `i64` cannot hold (exact as an `f64`).
+const I64_LIMIT: f64 = 9_223_372_036_854_775_808.0;
+
+fn integer(value: &Value) -> Result<i64, NotAnInt> {
+    let Value::Number(n) = value else {
+        return Err(NotAnInt::NotANumber);
+    };
+    if let Some(i) = n.as_i64() {
+        return Ok(i);
+    }
+    if n.is_u64() {
+        return Err(NotAnInt::TooLarge);
+    }
+    // A float in JSON (serde_json also reads an integer beyond `u64` as one): say which
+    // spelling was refused, so a producer can fix it.
+    let f = n.as_f64().unwrap_or(f64::NAN);
+    Err(if f == 0.0 && f.is_sign_negative() {
+        NotAnInt::NegativeZero
+    } else if f.abs() >= I64_LIMIT && f.is_sign_negative() {
+        NotAnInt::TooNegative
+    } else if f.abs() >= I64_LIMIT {
+        NotAnInt::TooLarge
+    } else if f.fract() != 0.0 {
+        NotAnInt::Fraction
+    } else {
+        NotAnInt::NotPlain
+    })
+}
+
 /// Typed access to the fields of one JSON object, each miss naming the field.
 struct Fields<'a>(&'a Map<String, Value>);
 
@@ -131,37 +192,29 @@ impl<'a> Fields<'a> {
     }
 
     fn int_value(field: &'static str, value: &Value) -> Result<i64, DecodeError> {
-        match value {
-            Value::Number(n) if n.is_i64() => Ok(n.as_i64().unwrap_or_default()),
-            Value::Number(n) if n.is_u64() => Err(field_error(field, "is too large")),
-            // A float in JSON: say which spelling was refused, so a producer can fix it.
-            Value::Number(n) => Err(field_error(
-                field,
-                match n.as_f64() {
-                    Some(f) if f == 0.0 && f.is_sign_negative() => {
-                        "must be a plain integer, not negative (-0)"
-                    }
-                    Some(f) if f.fract() != 0.0 => "must be an integer, not a fraction",
-                    _ => {
-                        "must be an integer, not a fraction: write it without a decimal point or exponent"
-                    }
-                },
-            )),
-            _ => Err(field_error(field, "must be an integer")),
+        integer(value).map_err(|e| field_error(field, e.rule()))
+    }
+
+    /// An amount: too large for any integer and over the contract's limit are both told the
+    /// limit; a negative number, however large, is told it must not be negative (the same rule).
+    fn amount_value(field: &'static str, value: &Value) -> Result<Amount, DecodeError> {
+        match integer(value) {
+            Ok(minor) => Amount::new(minor).map_err(with_field(field)),
+            Err(NotAnInt::TooLarge) => {
+                Err(field_error(field, format!("is too large: {AMOUNT_RULE}")))
+            }
+            Err(NotAnInt::TooNegative) => Err(field_error(field, AMOUNT_RULE)),
+            Err(e) => Err(field_error(field, e.rule())),
         }
     }
 
-    fn int(&self, field: &'static str) -> Result<i64, DecodeError> {
-        Self::int_value(field, self.req(field)?)
-    }
-
     fn amount(&self, field: &'static str) -> Result<Amount, DecodeError> {
-        Amount::new(self.int(field)?).map_err(with_field(field))
+        Self::amount_value(field, self.req(field)?)
     }
 
     fn opt_amount(&self, field: &'static str) -> Result<Option<Amount>, DecodeError> {
         self.opt(field)
-            .map(|v| Amount::new(Self::int_value(field, v)?).map_err(with_field(field)))
+            .map(|v| Self::amount_value(field, v))
             .transpose()
     }
 
@@ -174,7 +227,17 @@ impl<'a> Fields<'a> {
     }
 
     fn positive(&self, field: &'static str, max: i64) -> Result<i64, DecodeError> {
-        let value = self.int(field)?;
+        let value = match integer(self.req(field)?) {
+            Ok(value) => value,
+            Err(NotAnInt::TooLarge) => {
+                return Err(field_error(
+                    field,
+                    format!("is too large: must be an integer in 1..={max}"),
+                ));
+            }
+            Err(NotAnInt::TooNegative) => i64::MIN,
+            Err(e) => return Err(field_error(field, e.rule())),
+        };
         if !(1..=max).contains(&value) {
             return Err(field_error(
                 field,
@@ -197,8 +260,11 @@ impl<'a> Fields<'a> {
 }
 
 impl ServicingEvent {
-    /// Decodes one message body.
+    /// Decodes one message body. A leading UTF-8 byte order mark is ignored (RFC 8259 lets a
+    /// parser do so; some producers' tools write one): the event, so its fingerprint, is the
+    /// one of the body without it.
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
+        let body = body.strip_prefix(UTF8_BOM).unwrap_or(body);
         let value: Value =
             serde_json::from_slice(body).map_err(|e| DecodeError::NotJson(e.to_string()))?;
         // Readers disagree on which of two equal keys counts (serde_json keeps the last): the

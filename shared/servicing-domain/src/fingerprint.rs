@@ -29,6 +29,13 @@ impl Fingerprint {
         ))
     }
 
+    /// The short tag of this fact that an account keeps for the facts it is made of (its
+    /// opening, each installment), so a resend whose claim has expired is still recognised.
+    pub fn tag(&self) -> FactTag {
+        let digest = self.0.strip_prefix("sha256:").unwrap_or(&self.0);
+        FactTag(digest.chars().take(FactTag::LEN).collect())
+    }
+
     /// Wraps a fingerprint read back from storage.
     pub fn from_stored(value: String) -> Self {
         Self(value)
@@ -40,6 +47,34 @@ impl Fingerprint {
 }
 
 impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The first 64 bits (16 hex digits) of a fact's fingerprint. The fingerprint covers the
+/// identity and the business fields, so equal tags mean the same fact: a resend. The account
+/// compares it only with the one fact that already holds the same place (its opening, the
+/// installment of that number), so 64 bits leave no practical chance of taking another fact
+/// for a resend, and even then nothing is applied twice: both are refused either way. Kept
+/// short because it is stored on the loan item, once per installment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FactTag(String);
+
+impl FactTag {
+    pub const LEN: usize = 16;
+
+    pub fn of(event: &ServicingEvent) -> Self {
+        Fingerprint::of(event).tag()
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for FactTag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }

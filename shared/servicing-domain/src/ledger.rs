@@ -80,12 +80,29 @@ pub struct QuarantineRecord {
     pub raw_body: String,
 }
 
+/// A fact's claim: its fingerprint and, once applied, its `eventType` (what a reversal naming
+/// it learns, as the stored claim's `verdict` and `eventType` tell the consumer).
+#[derive(Debug, Clone)]
+struct Claim {
+    fingerprint: Fingerprint,
+    applied: Option<&'static str>,
+}
+
+impl Claim {
+    /// The type of an applied fact that is not a payment.
+    fn not_a_payment(&self) -> Option<&'static str> {
+        self.applied.filter(|t| *t != PAYMENT_SETTLED)
+    }
+}
+
+const PAYMENT_SETTLED: &str = "PAYMENT_SETTLED";
+
 #[derive(Debug, Default)]
 pub struct Ledger {
     accounts: BTreeMap<AccountId, LoanAccount>,
     allocations: BTreeMap<SourceRef, StoredAllocation>,
     /// Judged or parked facts, by identity, with their payload fingerprint.
-    claims: HashMap<SourceRef, Fingerprint>,
+    claims: HashMap<SourceRef, Claim>,
     parked: BTreeMap<AccountId, ParkedFacts>,
     outbox: Vec<DomainEvent>,
     quarantine: Vec<QuarantineRecord>,
@@ -164,14 +181,38 @@ impl Ledger {
         }
     }
 
+    /// What the claim retention does to one fact's claim: it no longer deduplicates (nor
+    /// tells what the fact was). `false` when there was none.
+    pub fn expire_claim(&mut self, source: &SourceRef) -> bool {
+        self.claims.remove(source).is_some()
+    }
+
     /// What the scheduled reconciler does: every fact parked before `parked_before` is
-    /// quarantined as `awaited_fact_missing`, and a reversal waiting for a payment that was
-    /// applied on another account as `reversal_account_mismatch`, whatever its age. Their
-    /// claims are released, so a resend can still apply. Returns how many were quarantined.
+    /// quarantined as `awaited_fact_missing`, a reversal waiting for a payment that was
+    /// applied on another account as `reversal_account_mismatch`, and one waiting for a fact
+    /// applied (on another account) that is not a payment as `reversal_target_not_a_payment`,
+    /// whatever their age. Their claims are released, so a resend can still apply. Returns how
+    /// many were quarantined.
     pub fn expire_parked(&mut self, parked_before: i64) -> usize {
         let mut expired = Vec::new();
         for (account, facts) in &self.parked {
             for fact in facts.iter() {
+                let not_a_payment = match &fact.awaits {
+                    Some(Deferral::ReversalTargetNotApplied(target)) => self
+                        .claims
+                        .get(target)
+                        .and_then(Claim::not_a_payment)
+                        .map(|event_type| {
+                            format!(
+                                "reversal_target_not_a_payment: reversal target {target} is a {event_type}, not a PAYMENT_SETTLED"
+                            )
+                        }),
+                    _ => None,
+                };
+                if let Some(reason) = not_a_payment {
+                    expired.push((account.clone(), fact.source.clone(), reason));
+                    continue;
+                }
                 let elsewhere = match &fact.awaits {
                     Some(Deferral::ReversalTargetNotApplied(p)) => self
                         .allocations
@@ -227,11 +268,11 @@ impl Ledger {
             return (self.quarantine_raw(body, Some(event.source), reason), None);
         }
         let fingerprint = Fingerprint::of(&event);
-        if let Some(stored) = self.claims.get(&event.source) {
-            if stored == &fingerprint {
+        if let Some(claim) = self.claims.get(&event.source) {
+            if claim.fingerprint == fingerprint {
                 return (Disposition::Duplicate, None);
             }
-            let stored = stored.clone();
+            let stored = claim.fingerprint.clone();
             self.quarantine_raw(
                 body,
                 Some(event.source.clone()),
@@ -245,8 +286,11 @@ impl Ledger {
         }
         // Judged and parked facts are claimed, whatever the verdict, so a redelivery is a
         // duplicate (or a collision).
-        self.claims
-            .insert(event.source.clone(), fingerprint.clone());
+        let claim = Claim {
+            fingerprint: fingerprint.clone(),
+            applied: None,
+        };
+        self.claims.insert(event.source.clone(), claim);
         let disposition = match self.judge(&event, body) {
             Err(awaits) => {
                 let arrival = Arrival {
@@ -299,10 +343,17 @@ impl Ledger {
 
     /// Applies a (claimed) event; `Err` with what it waits for when it must be parked.
     fn judge(&mut self, event: &ServicingEvent, body: &[u8]) -> Result<Disposition, Deferral> {
-        let target = event
-            .reversal_target()
-            .and_then(|r| self.allocations.get(r))
-            .map(ReversalTarget::Applied);
+        // What the reversal's target is: a payment's stored allocation, or else what the
+        // target's claim says it was applied as.
+        let target = event.reversal_target().and_then(|r| {
+            self.allocations
+                .get(r)
+                .map(ReversalTarget::Applied)
+                .or_else(|| {
+                    let claim = self.claims.get(r)?;
+                    claim.not_a_payment().map(ReversalTarget::NotAPayment)
+                })
+        });
         let outcome = apply(self.accounts.get(&event.account_id), event, target);
         Ok(match outcome {
             Outcome::Applied(applied) => {
@@ -320,6 +371,9 @@ impl Ledger {
                 self.accounts
                     .insert(applied.account.account_id.clone(), applied.account);
                 self.outbox.extend(applied.outbox);
+                if let Some(claim) = self.claims.get_mut(&event.source) {
+                    claim.applied = Some(event.kind.wire_name());
+                }
                 if let Some(parked) = self.parked.get_mut(&event.account_id) {
                     parked.on_applied(event);
                 }

@@ -18,7 +18,7 @@ pub use apply::{AllocationWrite, Applied, Deferral, Outcome, Rejection, Reversal
 pub use event::{
     DEFAULT_MAX_EVENT_TIME_SKEW, DecodeError, EVENT_TIME_IN_FUTURE, EventKind, ServicingEvent,
 };
-pub use fingerprint::Fingerprint;
+pub use fingerprint::{FactTag, Fingerprint};
 pub use ledger::{Counts, Disposition, Ledger, QuarantineRecord};
 pub use outbox::DomainEvent;
 pub use parking::{Arrival, ParkedFact, ParkedFacts};

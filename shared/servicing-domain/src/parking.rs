@@ -98,13 +98,14 @@ impl ParkedFacts {
         self.0.iter().any(|p| p.awaits.is_none())
     }
 
-    /// `event` was just applied to this account: the facts waiting for it become ready.
+    /// `event` was just applied to this account: the facts waiting for it become ready. A
+    /// reversal waits for the fact its `reversalOf` names whatever that turns out to be: when
+    /// it is not a payment (a fee, another reversal), the reversal is judged again and refused
+    /// then, never left waiting.
     pub fn on_applied(&mut self, event: &ServicingEvent) {
         let satisfies = |awaits: &Deferral| match (awaits, &event.kind) {
             (Deferral::AccountNotOpened, EventKind::LoanOpened { .. }) => true,
-            (Deferral::ReversalTargetNotApplied(payment), EventKind::PaymentSettled { .. }) => {
-                payment == &event.source
-            }
+            (Deferral::ReversalTargetNotApplied(target), _) => target == &event.source,
             _ => false,
         };
         for fact in &mut self.0 {
@@ -178,6 +179,21 @@ mod tests {
             .collect();
         assert_eq!(order, ["r", "f1"]);
         assert!(facts.is_empty());
+    }
+
+    #[test]
+    fn when_the_awaited_fact_applies_as_another_type_should_release_the_reversal_too() {
+        // A reversal naming a fee (or a reversal) waits for it like for a payment; once it
+        // applies, the reversal is judged again, and rejected there (not a payment).
+        const FEE: &str = r#"{"sourceSystem":"psp","sourceEventId":"f","eventType":"FEE_ASSESSED","accountId":"a","eventTime":"2026-09-01T00:00:00Z","amountMinor":1,"currency":"EUR","feeType":"LATE_FEE"}"#;
+        let mut facts = ParkedFacts::default();
+        park(
+            &mut facts,
+            "r",
+            Deferral::ReversalTargetNotApplied(source("f")),
+        );
+        facts.on_applied(&event(FEE));
+        assert_eq!(facts.take_next_ready().map(|f| f.source), Some(source("r")));
     }
 
     #[test]

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 /// `i64::MAX`, but every balance operation is still checked.
 pub const MAX_AMOUNT_MINOR: i64 = 1_000_000_000_000_000;
 
+/// The rule a wire amount must follow (what a refused amount is told).
+pub const AMOUNT_RULE: &str = "must be an integer of minor units in 0..=10^15";
+
 /// Why a value was refused: which rule it broke. The field name is added by the decoder.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -166,7 +169,7 @@ impl Amount {
 
     pub fn new(minor: i64) -> Result<Self, RuleViolation> {
         if !(0..=MAX_AMOUNT_MINOR).contains(&minor) {
-            return Err(violation("must be an integer of minor units in 0..=10^15"));
+            return Err(violation(AMOUNT_RULE));
         }
         Ok(Self(minor))
     }

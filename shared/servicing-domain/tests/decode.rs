@@ -352,3 +352,123 @@ fn when_a_currency_is_three_capitals_but_no_iso_4217_code_should_refuse_it() {
         );
     }
 }
+
+#[test]
+fn when_a_number_is_too_large_for_its_type_should_say_too_large() {
+    let with_amount = |amount: &str| {
+        format!(
+            r#"{{"sourceSystem":"psp","sourceEventId":"n1","eventType":"PAYMENT_SETTLED","accountId":"acc_1","eventTime":"2026-09-10T10:00:00Z","currency":"EUR","amountMinor":{amount}}}"#
+        )
+    };
+    for amount in [
+        "1e30",
+        "99999999999999999999",
+        "18446744073709551615",
+        "9223372036854775808",
+        "1.5e300",
+    ] {
+        let why = rejection(&with_amount(amount));
+        assert!(
+            why.starts_with("field `amountMinor`: is too large") && why.contains("10^15"),
+            "{amount}: {why}"
+        );
+    }
+    // In range of the type but over the contract's limit: the limit is named.
+    for amount in ["1000000000000001", "9223372036854775807"] {
+        assert_eq!(
+            rejection(&with_amount(amount)),
+            "field `amountMinor`: must be an integer of minor units in 0..=10^15",
+            "{amount}"
+        );
+    }
+    // A huge negative number is refused as negative, as any negative amount.
+    let why = rejection(&with_amount("-99999999999999999999"));
+    assert!(why.contains("in 0..=10^15"), "{why}");
+    // Other integers too.
+    let limit = |sequence: &str| {
+        format!(
+            r#"{{"sourceSystem":"psp","sourceEventId":"l1","eventType":"CREDIT_LIMIT_SET","accountId":"acc_1","eventTime":"2026-09-10T10:00:00Z","currency":"EUR","creditLimitMinor":1,"sequence":{sequence}}}"#
+        )
+    };
+    for sequence in ["1e30", "99999999999999999999"] {
+        let why = rejection(&limit(sequence));
+        assert!(
+            why.starts_with("field `sequence`: is too large"),
+            "{sequence}: {why}"
+        );
+    }
+    let bill = event(
+        "i",
+        "INSTALLMENT_DUE",
+        T,
+        json!({"installmentNo": 1, "dueDate": "2026-10-01", "principalMinor": 1, "interestMinor": 1}),
+    )
+    .to_string()
+    .replace(r#""installmentNo":1"#, r#""installmentNo":1e30"#);
+    let why = rejection(&bill);
+    assert!(
+        why.starts_with("field `installmentNo`: is too large"),
+        "{why}"
+    );
+}
+
+#[test]
+fn when_a_body_starts_with_a_utf8_bom_should_decode_it_as_without() {
+    let plain = payment().to_string();
+    let mut with_bom = vec![0xEF, 0xBB, 0xBF];
+    with_bom.extend_from_slice(plain.as_bytes());
+    let decoded = ServicingEvent::decode(&with_bom).expect("a leading BOM is ignored");
+    let without = ServicingEvent::decode(plain.as_bytes()).expect("valid");
+    assert_eq!(decoded, without);
+    assert_eq!(
+        servicing_domain::Fingerprint::of(&decoded),
+        servicing_domain::Fingerprint::of(&without)
+    );
+    // Only one leading BOM, and only at the start.
+    let mut twice = vec![0xEF, 0xBB, 0xBF];
+    twice.extend_from_slice(&with_bom);
+    assert!(matches!(
+        ServicingEvent::decode(&twice),
+        Err(DecodeError::NotJson(_))
+    ));
+    let inside = plain.replacen('{', "{\u{feff}", 1);
+    assert!(ServicingEvent::decode(inside.as_bytes()).is_err());
+}
+
+/// The decoding cases of the integration tests' bad-input corpus get the code and the words
+/// it expects from the decoder alone (the business cases need an account: not checked here).
+#[test]
+fn when_the_bad_input_corpus_is_decoded_should_give_each_decode_case_its_code_and_words() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/bad-input.jsonl"
+    );
+    let corpus = std::fs::read_to_string(path).expect("corpus");
+    let mut checked = 0;
+    for line in corpus.lines().filter(|l| !l.trim().is_empty()) {
+        let case: serde_json::Value = serde_json::from_str(line).expect("corpus line");
+        let code = case["code"].as_str().expect("code");
+        if ![
+            "not_json",
+            "not_an_object",
+            "invalid_field",
+            "duplicate_key",
+        ]
+        .contains(&code)
+        {
+            continue;
+        }
+        let body = case["body"].as_str().expect("body");
+        let words = case["reason"].as_str().expect("reason");
+        match ServicingEvent::decode(body.as_bytes()) {
+            Ok(_) => panic!("accepted {body}"),
+            Err(e) => {
+                assert_eq!(e.code(), code, "{body}");
+                let reason = e.to_string();
+                assert!(reason.contains(words), "{body}: {reason:?} lacks {words:?}");
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 30, "{checked} decode cases");
+}

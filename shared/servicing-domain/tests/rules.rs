@@ -383,3 +383,182 @@ fn when_an_event_is_dated_beyond_the_skew_should_quarantine_it_unclaimed() {
     assert!(quarantine_reason(&d[3]).starts_with("due_before_opening"));
     assert_eq!(account(&ledger).dpd, 0);
 }
+
+fn fee(id: &str, time: &str, amount: i64) -> Value {
+    event(
+        id,
+        "FEE_ASSESSED",
+        time,
+        json!({"amountMinor": amount, "currency": "EUR", "feeType": "LATE_FEE"}),
+    )
+}
+
+#[test]
+fn when_a_reversal_names_an_applied_fee_or_reversal_should_quarantine_it_at_once() {
+    let mut ledger = Ledger::new();
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            fee("f1", "2026-09-02T00:00:00Z", 500),
+            pay("p1", "2026-09-03T00:00:00Z", 5_000),
+            reverse("r1", "2026-09-04T00:00:00Z", 5_000, "p1"),
+            reverse("x1", "2026-09-05T00:00:00Z", 500, "f1"),
+            reverse("x2", "2026-09-05T00:00:00Z", 5_000, "r1"),
+        ],
+    );
+    let why = quarantine_reason(&d[4]);
+    assert!(
+        why.starts_with("reversal_target_not_a_payment") && why.contains("test:f1"),
+        "{why}"
+    );
+    assert!(why.contains("FEE_ASSESSED"), "{why}");
+    let why = quarantine_reason(&d[5]);
+    assert!(
+        why.starts_with("reversal_target_not_a_payment") && why.contains("PAYMENT_REVERSED"),
+        "{why}"
+    );
+    assert_eq!(ledger.parked().count(), 0, "never parked");
+    let a = account(&ledger);
+    assert_eq!(
+        (a.fees_outstanding_minor, a.principal_outstanding_minor),
+        (500, 100_000)
+    );
+}
+
+#[test]
+fn when_a_reversal_parked_on_a_fee_sees_the_fee_apply_should_release_and_reject_it() {
+    let mut ledger = Ledger::new();
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            reverse("x1", "2026-09-05T00:00:00Z", 500, "f1"),
+            fee("f1", "2026-09-02T00:00:00Z", 500),
+        ],
+    );
+    assert!(matches!(&d[1], Disposition::Parked(why) if why.code() == "reversal_target_missing"));
+    assert_eq!(d[2], Disposition::Applied);
+    assert_eq!(ledger.parked().count(), 0, "released, not parked again");
+    let c = ledger.counts();
+    assert_eq!(
+        (c.applied, c.parked, c.released, c.quarantined),
+        (2, 1, 1, 1)
+    );
+    assert!(c.balances());
+    let q = &ledger.quarantine()[0];
+    assert!(
+        q.reason.starts_with("reversal_target_not_a_payment"),
+        "{}",
+        q.reason
+    );
+    assert_eq!(account(&ledger).fees_outstanding_minor, 500);
+}
+
+#[test]
+fn when_an_opening_or_installment_comes_back_unclaimed_should_be_already_applied() {
+    let decode = |v: &Value| ServicingEvent::decode(v.to_string().as_bytes()).expect("valid");
+    let open = decode(&opened("2026-09-01T00:00:00Z", 100_000));
+    let servicing_domain::Outcome::Applied(opened_state) = apply(None, &open, None) else {
+        panic!("opens")
+    };
+    let account = opened_state.account;
+    // The same fact again (its claim expired): a duplicate, nothing to write.
+    assert_eq!(
+        apply(Some(&account), &open, None),
+        servicing_domain::Outcome::AlreadyApplied
+    );
+    // Another opening (other identity, or other payload) is still refused.
+    let mut other_id = opened("2026-09-01T00:00:00Z", 100_000);
+    other_id["sourceEventId"] = json!("open-2");
+    let mut other_payload = opened("2026-09-01T00:00:00Z", 100_001);
+    other_payload["sourceEventId"] = json!("open");
+    for other in [other_id, other_payload] {
+        assert!(matches!(
+            apply(Some(&account), &decode(&other), None),
+            servicing_domain::Outcome::Rejected(r) if r.code == "account_exists"
+        ));
+    }
+
+    let bill = decode(&due(1, "2026-10-01", 8_000, 1_000));
+    let servicing_domain::Outcome::Applied(billed) = apply(Some(&account), &bill, None) else {
+        panic!("bills")
+    };
+    let account = billed.account;
+    assert_eq!(
+        apply(Some(&account), &bill, None),
+        servicing_domain::Outcome::AlreadyApplied
+    );
+    let mut rebill = due(1, "2026-10-01", 8_000, 1_000);
+    rebill["sourceEventId"] = json!("due-1-again");
+    let other_amount = due(1, "2026-10-01", 8_000, 1_001);
+    for other in [rebill, other_amount] {
+        assert!(matches!(
+            apply(Some(&account), &decode(&other), None),
+            servicing_domain::Outcome::Rejected(r) if r.code == "installment_exists"
+        ));
+    }
+}
+
+#[test]
+fn when_an_opening_or_installment_is_resent_after_its_claim_expired_should_count_a_duplicate() {
+    let mut ledger = Ledger::new();
+    let stream = [
+        opened("2026-09-01T00:00:00Z", 100_000),
+        due(1, "2026-10-01", 8_000, 1_000),
+    ];
+    ingest_all(&mut ledger, &stream);
+    let before = account(&ledger);
+    for id in ["open", "due-1"] {
+        let source = servicing_domain::SourceRef::new("test", id).expect("source");
+        assert!(ledger.expire_claim(&source));
+    }
+    let mut rebill = due(1, "2026-10-01", 8_000, 1_000);
+    rebill["sourceEventId"] = json!("due-1-again");
+    let mut reopen = opened("2026-09-01T00:00:00Z", 100_000);
+    reopen["sourceEventId"] = json!("open-again");
+    let d = ingest_all(
+        &mut ledger,
+        &[stream[0].clone(), stream[1].clone(), rebill, reopen],
+    );
+    assert_eq!(d[..2], [Disposition::Duplicate, Disposition::Duplicate]);
+    assert!(quarantine_reason(&d[2]).starts_with("installment_exists"));
+    assert!(quarantine_reason(&d[3]).starts_with("account_exists"));
+    assert_eq!(account(&ledger), before, "no write");
+    assert_eq!(ledger.outbox().len(), 2, "no second domain event");
+}
+
+#[test]
+fn when_a_reversal_waits_for_a_fee_applied_on_another_account_should_quarantine_it() {
+    let mut ledger = Ledger::new();
+    let mut other_open = opened("2026-09-01T00:00:00Z", 100_000);
+    other_open["accountId"] = json!("acc_2");
+    other_open["sourceEventId"] = json!("open-2");
+    let mut other_fee = fee("f1", "2026-09-02T00:00:00Z", 500);
+    other_fee["accountId"] = json!("acc_2");
+    let d = ingest_all(
+        &mut ledger,
+        &[
+            opened("2026-09-01T00:00:00Z", 100_000),
+            reverse("x1", "2026-09-05T00:00:00Z", 500, "f1"),
+            other_open,
+            other_fee,
+        ],
+    );
+    assert!(matches!(&d[1], Disposition::Parked(_)));
+    // The reconciler quarantines it whatever its age.
+    assert_eq!(ledger.expire_parked(i64::MIN), 1);
+    let q = &ledger.quarantine()[0];
+    assert!(
+        q.reason.starts_with("reversal_target_not_a_payment") && q.reason.contains("test:f1"),
+        "{}",
+        q.reason
+    );
+    assert_eq!(ledger.parked().count(), 0);
+    // And a reversal naming it now is refused at once.
+    let d = ingest_all(
+        &mut ledger,
+        &[reverse("x2", "2026-09-06T00:00:00Z", 500, "f1")],
+    );
+    assert!(quarantine_reason(&d[0]).starts_with("reversal_target_not_a_payment"));
+}

@@ -9,7 +9,7 @@ use servicing_domain::{
 };
 
 use crate::errors::{classify, invalid_request};
-use crate::items::{self, Item, s};
+use crate::items::{self, Item, Verdict, s};
 use crate::{RecentFacts, ServicingStore, StoreError};
 
 /// DynamoDB's limit of keys per `BatchGetItem`.
@@ -34,9 +34,42 @@ pub enum Target {
     Applied(StoredAllocation),
     /// Claimed as applied on another account.
     Elsewhere(AccountId),
+    /// Claimed as an applied fact that is not a `PAYMENT_SETTLED` (on any account), with its
+    /// `eventType`: a reversal of it is refused at once.
+    NotAPayment(String),
     /// Not applied (no allocation here, no applied claim anywhere).
     NotApplied,
 }
+
+impl Target {
+    /// What is known of a reversal's target from its allocation in the reversal's account and
+    /// its claim (either may be missing).
+    fn of(
+        account_id: &AccountId,
+        allocation: Option<Item>,
+        claim: Option<Item>,
+    ) -> Result<Target, StoreError> {
+        if let Some(item) = allocation {
+            return Ok(Target::Applied(items::allocation_from_item(item)?));
+        }
+        let Some(claim) = claim else {
+            return Ok(Target::NotApplied);
+        };
+        let event_type = items::string(&claim, CLAIM_EVENT_TYPE).unwrap_or_default();
+        let applied = items::string(&claim, items::VERDICT) == Some(Verdict::Applied.as_str());
+        if applied && event_type != PAYMENT_SETTLED {
+            return Ok(Target::NotAPayment(event_type.to_owned()));
+        }
+        Ok(match items::applied_elsewhere(&claim, account_id) {
+            Some(other) => Target::Elsewhere(other),
+            None => Target::NotApplied,
+        })
+    }
+}
+
+/// The claim's attribute naming its fact's type (`ClaimRecord::event_type`).
+const CLAIM_EVENT_TYPE: &str = "eventType";
+const PAYMENT_SETTLED: &str = "PAYMENT_SETTLED";
 
 /// What consistent reads of an account return: its loan item and what is known of the payments
 /// its reversals refer to.
@@ -56,6 +89,7 @@ impl Snapshot {
         Some(match self.targets.get(payment)? {
             Target::Applied(allocation) => Some(ReversalTarget::Applied(allocation)),
             Target::Elsewhere(account) => Some(ReversalTarget::AppliedElsewhere(account)),
+            Target::NotAPayment(event_type) => Some(ReversalTarget::NotAPayment(event_type)),
             Target::NotApplied => None,
         })
     }
@@ -108,7 +142,8 @@ impl ServicingStore {
     }
 
     /// `BatchGetItem` of `loan` (returned) and, per payment, its allocation here and its claim;
-    /// each payment's target goes into `targets`.
+    /// each payment's target goes into `targets` (a claim of an applied fact of another type
+    /// than `PAYMENT_SETTLED` makes it [`Target::NotAPayment`]).
     async fn read_targets(
         &self,
         account_id: &AccountId,
@@ -131,14 +166,7 @@ impl ServicingStore {
         for payment in unique {
             let allocation = found.remove(&items::allocation_key(account_id, payment));
             let claim = found.remove(&items::claim_key(&self.config.consumer, payment));
-            let target = match (allocation, claim) {
-                (Some(item), _) => Target::Applied(items::allocation_from_item(item)?),
-                (None, Some(claim)) => match items::applied_elsewhere(&claim, account_id) {
-                    Some(other) => Target::Elsewhere(other),
-                    None => Target::NotApplied,
-                },
-                (None, None) => Target::NotApplied,
-            };
+            let target = Target::of(account_id, allocation, claim)?;
             targets.insert(payment.clone(), target);
         }
         Ok(loan.and_then(|key| found.remove(&key)))
@@ -212,5 +240,69 @@ impl ServicingStore {
             .await
             .map_err(classify)?;
         found.into_iter().map(items::allocation_from_item).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{ClaimRecord, to_item};
+
+    fn claim(event_type: &str, verdict: Verdict, account: &str) -> Item {
+        to_item(&ClaimRecord {
+            pk: "CLAIM#account-state#psp#t1".into(),
+            sk: "CLAIM".into(),
+            item_type: ClaimRecord::ITEM_TYPE.into(),
+            consumer: "account-state".into(),
+            source_system: "psp".into(),
+            source_event_id: "t1".into(),
+            event_type: event_type.into(),
+            account_id: account.into(),
+            fingerprint: "sha256:00".into(),
+            verdict: verdict.as_str().into(),
+            claimed_at: 1,
+            expires_at: 2,
+        })
+        .expect("claim item")
+    }
+
+    #[test]
+    fn when_the_target_claim_is_an_applied_fee_should_be_not_a_payment_on_any_account() {
+        let here = AccountId::parse("acc_1").expect("id");
+        for account in ["acc_1", "acc_2"] {
+            let claim = claim("FEE_ASSESSED", Verdict::Applied, account);
+            assert_eq!(
+                Target::of(&here, None, Some(claim)).expect("target"),
+                Target::NotAPayment("FEE_ASSESSED".into())
+            );
+        }
+        // Not applied (yet): the reversal waits for it.
+        let parked = claim("FEE_ASSESSED", Verdict::Parked, "acc_1");
+        assert_eq!(
+            Target::of(&here, None, Some(parked)).expect("target"),
+            Target::NotApplied
+        );
+        // A payment applied elsewhere stays a mismatch.
+        let payment = claim("PAYMENT_SETTLED", Verdict::Applied, "acc_2");
+        assert_eq!(
+            Target::of(&here, None, Some(payment)).expect("target"),
+            Target::Elsewhere(AccountId::parse("acc_2").expect("id"))
+        );
+    }
+
+    #[test]
+    fn when_a_reversal_reads_a_not_a_payment_target_should_get_the_domain_variant() {
+        let payment = SourceRef::new("psp", "t1").expect("source");
+        let snapshot = Snapshot {
+            loan: None,
+            targets: HashMap::from([(
+                payment.clone(),
+                Target::NotAPayment("PAYMENT_REVERSED".into()),
+            )]),
+        };
+        assert_eq!(
+            snapshot.reversal_target(&payment),
+            Some(Some(ReversalTarget::NotAPayment("PAYMENT_REVERSED")))
+        );
     }
 }
