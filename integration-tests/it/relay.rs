@@ -533,3 +533,182 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
         "PutEvents carries each outbox item's trace header"
     );
 }
+
+/// An API payment's outbox insert (`servicing.payments-api` / `PaymentSettled`) carrying
+/// `reference`.
+fn api_payment(seq: &str, event_id: &str, account: &str, reference: &str) -> EventRecord {
+    let detail = json!({"sourceSystem": "api:scope", "sourceEventId": event_id, "eventType": "PAYMENT_SETTLED",
+        "accountId": account, "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR",
+        "eventId": event_id, "reference": reference});
+    let kind = ("servicing.payments-api", "PaymentSettled");
+    outbox_record(seq, event_id, kind, Some(account), detail.to_string())
+}
+
+/// An in-process servicing queue and table (wiremock, one server): `SendMessageBatch` refuses,
+/// as SQS does, an entry whose body holds U+FFFF (`InvalidMessageContents`, the sender's
+/// fault) and, as a server-side failure, the entry of `op_transient` (`InternalError`);
+/// `PutItem` (the relay's quarantine) is noted and accepted.
+#[derive(Debug, Clone, Default)]
+struct FakeQueueAndTable {
+    /// The message ids (`eventId`s) the queue accepted.
+    queued: Arc<Mutex<Vec<String>>>,
+    /// The items put (quarantine records), as DynamoDB JSON.
+    items: Arc<Mutex<Vec<Value>>>,
+}
+
+impl wiremock::Respond for FakeQueueAndTable {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let target = request
+            .headers
+            .get("x-amz-target")
+            .and_then(|t| t.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body: Value = serde_json::from_slice(&request.body).expect("JSON request");
+        let json = |body: Value| {
+            wiremock::ResponseTemplate::new(200)
+                .set_body_raw(body.to_string(), "application/x-amz-json-1.0")
+        };
+        match target.as_str() {
+            "AmazonSQS.SendMessageBatch" => {
+                let (mut successful, mut failed) = (Vec::new(), Vec::new());
+                for entry in body["Entries"].as_array().expect("entries") {
+                    let id = entry["Id"].clone();
+                    let message = entry["MessageBody"].as_str().unwrap_or_default();
+                    let event: Value = serde_json::from_str(message).unwrap_or_default();
+                    let event_id = event["eventId"].as_str().unwrap_or_default();
+                    if message.contains('\u{ffff}') {
+                        failed.push(json!({"Id": id, "SenderFault": true, "Code": "InvalidMessageContents",
+                            "Message": "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF"}));
+                    } else if event_id == "op_transient" {
+                        failed.push(
+                            json!({"Id": id, "SenderFault": false, "Code": "InternalError",
+                            "Message": "injected"}),
+                        );
+                    } else {
+                        self.queued
+                            .lock()
+                            .expect("queued")
+                            .push(event_id.to_owned());
+                        successful.push(json!({"Id": id, "MessageId": format!("m-{event_id}"),
+                            "MD5OfMessageBody": "00000000000000000000000000000000"}));
+                    }
+                }
+                json(json!({"Successful": successful, "Failed": failed}))
+            }
+            "DynamoDB_20120810.PutItem" => {
+                self.items.lock().expect("items").push(body["Item"].clone());
+                json(json!({}))
+            }
+            other => wiremock::ResponseTemplate::new(400).set_body_raw(
+                json!({"__type": "UnknownOperationException", "message": other}).to_string(),
+                "application/x-amz-json-1.0",
+            ),
+        }
+    }
+}
+
+impl FakeQueueAndTable {
+    /// A relay publishing to `bus`'s fake EventBridge, its servicing queue and its quarantine
+    /// table this fake; keep the returned servers.
+    async fn relay(
+        &self,
+        bus: &FakeEventBridge,
+    ) -> (wiremock::MockServer, wiremock::MockServer, OutboxRelay) {
+        let (bus_server, bus_config) = bus.start().await;
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(self.clone())
+            .mount(&server)
+            .await;
+        let config = aws_setup::loader()
+            .endpoint_url(server.uri())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .load()
+            .await;
+        let store = servicing_store::ServicingStore::new(
+            aws_sdk_dynamodb::Client::new(&config),
+            servicing_store::StoreConfig::new("servicing", CONSUMER),
+        );
+        let queue_url = format!("{}/000000000000/servicing.fifo", server.uri());
+        let relay = OutboxRelay::new(aws_sdk_eventbridge::Client::new(&bus_config), store, "bus")
+            .with_servicing_queue(aws_sdk_sqs::Client::new(&config), queue_url);
+        (bus_server, server, relay)
+    }
+
+    fn quarantined(&self) -> Vec<(String, String, String)> {
+        let text =
+            |item: &Value, name: &str| item[name]["S"].as_str().unwrap_or_default().to_owned();
+        self.items
+            .lock()
+            .expect("items")
+            .iter()
+            .map(|item| {
+                (
+                    text(item, "code"),
+                    text(item, "reason"),
+                    text(item, "rawBody"),
+                )
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn when_the_servicing_queue_refuses_an_api_payment_as_the_senders_fault_should_quarantine_it_and_move_on()
+ {
+    let fake = FakeQueueAndTable::default();
+    let (_bus, _queue, relay) = fake.relay(&FakeEventBridge::default()).await;
+    // Accepted before the API refused such references: SQS will never take it.
+    let records = vec![
+        api_payment("1", "op_a", "acc_1", "inv-1"),
+        api_payment("2", "op_refused", "acc_2", "inv-\u{ffff}"),
+        api_payment("3", "op_c", "acc_3", "inv-3"),
+    ];
+    let report = relay.relay(&records).await;
+    assert_eq!(
+        (
+            report.published,
+            report.quarantined,
+            report.checkpoint.clone()
+        ),
+        (2, 1, None),
+        "a permanent refusal does not hold the shard (before: checkpoint at 2, retried until dropped) {report:?}"
+    );
+    assert_eq!(*fake.queued.lock().expect("queued"), ["op_a", "op_c"]);
+    let quarantined = fake.quarantined();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    let (code, reason, raw) = &quarantined[0];
+    assert_eq!(code, "sqs_refused");
+    assert!(
+        reason.contains("InvalidMessageContents") && reason.contains("Invalid characters found"),
+        "{reason}"
+    );
+    assert!(raw.contains("op_refused"), "the raw outbox item: {raw}");
+
+    // A failure on SQS's side is transient: it checkpoints as before, nothing is quarantined
+    // for it; a refusal before it is quarantined, the records after it come back.
+    let fake = FakeQueueAndTable::default();
+    let (_bus, _queue, relay) = fake.relay(&FakeEventBridge::default()).await;
+    let records = vec![
+        api_payment("1", "op_d", "acc_1", "inv-1"),
+        api_payment("2", "op_refused", "acc_2", "inv-\u{ffff}"),
+        api_payment("3", "op_transient", "acc_3", "inv-3"),
+        api_payment("4", "op_e", "acc_4", "inv-4"),
+    ];
+    let report = relay.relay(&records).await;
+    assert_eq!(
+        (
+            report.published,
+            report.quarantined,
+            report.checkpoint.as_deref(),
+            report.failed
+        ),
+        (1, 1, Some("3"), 2),
+        "{report:?}"
+    );
+    assert_eq!(fake.quarantined().len(), 1, "only the refused one");
+}

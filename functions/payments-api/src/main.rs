@@ -15,7 +15,7 @@ async fn main() -> Result<(), Error> {
     let config = Config::from_env()?;
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.store_config());
-    let api = PaymentsApi::new(store);
+    let api = PaymentsApi::with_config(store, &config);
     let api = &api;
     lambda_http::run(service_fn(move |request: Request| async move {
         Ok::<_, Error>(api.handle(request).await)

@@ -11,7 +11,10 @@
 //! FIFO servicing queue, as the contract event itself, with `MessageGroupId = accountId` (each
 //! account in order, no account behind another's) and `MessageDeduplicationId = eventId` (a FIFO
 //! queue refuses a send without one; an EventBridge rule target can set neither per event).
-//! That send is part of the record's publication: a failure checkpoints at the record.
+//! That send is part of the record's publication: a failure checkpoints at the record, except
+//! an entry SQS refuses as the sender's fault (`SenderFault`: invalid characters, too large),
+//! which no retry can send: it is quarantined (`sqs_refused`, with SQS's code and message) and
+//! the relay moves on, instead of holding the shard until Lambda drops the whole batch.
 
 use std::collections::HashMap;
 
@@ -45,11 +48,33 @@ struct Enqueue {
 /// A record that will be published.
 #[derive(Debug)]
 struct Publishable<'a> {
+    record: &'a EventRecord,
     sequence_number: &'a str,
     entry: PutEventsRequestEntry,
     size: usize,
     enqueue: Option<Enqueue>,
 }
+
+/// How far the servicing-queue sends of a chunk got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Enqueued {
+    /// Records (from the chunk's start) done with: sent, or refused for good and quarantined.
+    done: usize,
+    /// Of those, the quarantined ones.
+    quarantined: u64,
+}
+
+impl Enqueued {
+    fn count(self, report: &mut RelayReport) {
+        report.published += self.done as u64 - self.quarantined;
+        report.quarantined += self.quarantined;
+    }
+}
+
+/// Quarantine code of a record that cannot be published.
+const UNPUBLISHABLE: &str = "unpublishable";
+/// Quarantine code of an API payment the servicing queue refused as the sender's fault.
+const SQS_REFUSED: &str = "sqs_refused";
 
 /// The first record of a batch that was not published, by its sequence number: the batch's
 /// checkpoint (Lambda retries from it).
@@ -166,7 +191,7 @@ impl OutboxRelay {
                         return self.fail_from(report, records, failed_at);
                     }
                     chunk_bytes = 0;
-                    if self.quarantine(record, &reason).await {
+                    if self.quarantine(record, UNPUBLISHABLE, &reason).await {
                         report.quarantined += 1;
                     } else {
                         return self.fail_from(
@@ -243,6 +268,7 @@ impl OutboxRelay {
             .set_trace_header(item.trace_header)
             .build();
         Plan::Publish(Box::new(Publishable {
+            record,
             sequence_number,
             entry,
             size,
@@ -292,23 +318,28 @@ impl OutboxRelay {
                 "PutEvents rejected entries"
             );
             // What published before the failure still goes to the queue; then checkpoint.
-            let queued = self.enqueue(&sent[..i]).await;
-            report.published += queued as u64;
-            return Err(FailedAt(sent[queued].sequence_number.to_owned()));
+            let enqueued = self.enqueue(&sent[..i]).await;
+            enqueued.count(report);
+            return Err(FailedAt(sent[enqueued.done].sequence_number.to_owned()));
         }
-        let queued = self.enqueue(&sent).await;
-        report.published += queued as u64;
-        if queued < sent.len() {
-            return Err(FailedAt(sent[queued].sequence_number.to_owned()));
+        let enqueued = self.enqueue(&sent).await;
+        enqueued.count(report);
+        if enqueued.done < sent.len() {
+            return Err(FailedAt(sent[enqueued.done].sequence_number.to_owned()));
         }
         Ok(())
     }
 
     /// Sends the API payments of `published` to the servicing queue, in order; returns how many
-    /// records (from the start) are fully published: all, or up to the first failed send.
-    async fn enqueue(&self, published: &[Publishable<'_>]) -> usize {
+    /// records (from the start) are done with: all, or up to the first send that failed for a
+    /// reason a retry may cure. An entry refused as the sender's fault before it is quarantined.
+    async fn enqueue(&self, published: &[Publishable<'_>]) -> Enqueued {
+        let all = Enqueued {
+            done: published.len(),
+            quarantined: 0,
+        };
         let Some((sqs, queue_url)) = &self.servicing_queue else {
-            return published.len();
+            return all;
         };
         let wanted: Vec<(usize, &Enqueue)> = published
             .iter()
@@ -316,7 +347,7 @@ impl OutboxRelay {
             .filter_map(|(i, p)| p.enqueue.as_ref().map(|e| (i, e)))
             .collect();
         if wanted.is_empty() {
-            return published.len();
+            return all;
         }
         let entries: Result<Vec<_>, _> = wanted
             .iter()
@@ -346,7 +377,10 @@ impl OutboxRelay {
                     .build()
             })
             .collect();
-        let first = wanted[0].0;
+        let first = Enqueued {
+            done: wanted[0].0,
+            quarantined: 0,
+        };
         let Ok(entries) = entries else {
             return first;
         };
@@ -362,28 +396,60 @@ impl OutboxRelay {
                 first
             }
             Ok(output) => {
-                let failed = output
+                let mut failed: Vec<(usize, &aws_sdk_sqs::types::BatchResultErrorEntry)> = output
                     .failed()
                     .iter()
-                    .filter_map(|f| f.id().parse::<usize>().ok())
-                    .min();
-                match failed {
-                    Some(at) => {
-                        tracing::warn!(
-                            failed = output.failed().len(),
-                            "servicing queue refused API payments"
-                        );
-                        at
+                    .filter_map(|f| f.id().parse::<usize>().ok().map(|i| (i, f)))
+                    .filter(|(i, _)| *i < published.len())
+                    .collect();
+                if failed.is_empty() {
+                    return all;
+                }
+                failed.sort_by_key(|(i, _)| *i);
+                tracing::warn!(
+                    failed = failed.len(),
+                    refused = failed.iter().filter(|(_, f)| f.sender_fault()).count(),
+                    "servicing queue refused API payments"
+                );
+                // A failure on SQS's side may pass on a retry: checkpoint at the first one. An
+                // entry refused as the sender's fault never will: quarantined, and passed.
+                let retry_from = failed
+                    .iter()
+                    .find(|(_, f)| !f.sender_fault())
+                    .map_or(published.len(), |(i, _)| *i);
+                let mut quarantined = 0;
+                for (i, refused) in failed.iter().filter(|(i, _)| *i < retry_from) {
+                    let reason = format!(
+                        "the servicing queue refused API payment {} as the sender's fault: {}: {}",
+                        published[*i]
+                            .enqueue
+                            .as_ref()
+                            .map_or("", |e| e.deduplication.as_str()),
+                        refused.code(),
+                        refused.message().unwrap_or("no message"),
+                    );
+                    if !self
+                        .quarantine(published[*i].record, SQS_REFUSED, &reason)
+                        .await
+                    {
+                        return Enqueued {
+                            done: *i,
+                            quarantined,
+                        };
                     }
-                    None => published.len(),
+                    quarantined += 1;
+                }
+                Enqueued {
+                    done: retry_from,
+                    quarantined,
                 }
             }
         }
     }
 
-    async fn quarantine(&self, record: &EventRecord, reason: &str) -> bool {
+    async fn quarantine(&self, record: &EventRecord, code: &str, reason: &str) -> bool {
         let raw = serde_json::to_string(&record.change.new_image).unwrap_or_default();
-        let entry = QuarantineEntry::new(&record.event_id, &raw, "unpublishable", reason);
+        let entry = QuarantineEntry::new(&record.event_id, &raw, code, reason);
         match self.store.quarantine(&entry).await {
             Ok(()) => {
                 tracing::error!(reason, "outbox record quarantined");

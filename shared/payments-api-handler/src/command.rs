@@ -19,6 +19,38 @@ fn field(field: &'static str, rule: impl Into<String>) -> FieldError {
     }
 }
 
+/// The prefix of a hashed `Idempotency-Key` in a `sourceEventId`; reserved (a key that starts
+/// with it is hashed as well).
+const HASHED_KEY_PREFIX: &str = "sha256-";
+
+/// The first character of `text` an SQS message body cannot carry (SQS allows #x9, #xA, #xD,
+/// #x20-#xD7FF, #xE000-#xFFFD and #x10000-#x10FFFF; a `char` is never a surrogate), so the API
+/// never accepts a payment the relay could not send to the servicing queue.
+fn sqs_refused_char(text: &str) -> Option<char> {
+    text.chars().find(|c| {
+        !matches!(
+            c,
+            '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..
+        )
+    })
+}
+
+/// Whether SQS can carry the string field `name`; if not, the error names the character: the
+/// API refuses it (422) rather than accept a payment that would be stuck at the relay.
+fn sqs_carries(name: &'static str, text: &str, errors: &mut Vec<FieldError>) -> bool {
+    let Some(c) = sqs_refused_char(text) else {
+        return true;
+    };
+    errors.push(field(
+        name,
+        format!(
+            "must not contain U+{:04X} (a queue message cannot carry it)",
+            u32::from(c)
+        ),
+    ));
+    false
+}
+
 /// An `Idempotency-Key` header: 1..=255 printable ASCII characters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyKey(String);
@@ -41,12 +73,17 @@ impl IdempotencyKey {
     }
 
     /// The key as a contract `sourceEventId` (1..128 printable ASCII): itself when it fits,
-    /// else its SHA-256 (keys up to 255 characters are accepted at the edge).
+    /// else `sha256-<hex>` of it (keys up to 255 characters are accepted at the edge). A key
+    /// that starts with that reserved prefix is hashed too, so the hashed form only ever comes
+    /// from hashing: two keys never share a `sourceEventId` (one payment for two 202s).
     pub fn source_event_id(&self) -> String {
-        if self.0.len() <= 128 {
+        if self.0.len() <= 128 && !self.0.starts_with(HASHED_KEY_PREFIX) {
             self.0.clone()
         } else {
-            format!("sha256-{}", hex(&Sha256::digest(self.0.as_bytes())))
+            format!(
+                "{HASHED_KEY_PREFIX}{}",
+                hex(&Sha256::digest(self.0.as_bytes()))
+            )
         }
     }
 }
@@ -103,7 +140,7 @@ impl PaymentCommand {
             .ok_or_else(|| Err("the body must be a JSON object".to_owned()))?;
         let mut errors = Vec::new();
         let text = |name: &'static str, errors: &mut Vec<FieldError>| match object.get(name) {
-            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::String(s)) => sqs_carries(name, s, errors).then(|| s.clone()),
             None | Some(Value::Null) => {
                 errors.push(field(name, "is required"));
                 None
@@ -170,6 +207,7 @@ impl PaymentCommand {
         });
         let event_time = match object.get("eventTime") {
             None | Some(Value::Null) => Some(None),
+            Some(Value::String(s)) if !sqs_carries("eventTime", s, &mut errors) => None,
             Some(Value::String(s)) => match DateTime::parse_from_rfc3339(s) {
                 Ok(t) => Some(Some(t.with_timezone(&Utc))),
                 Err(_) => {
@@ -238,6 +276,68 @@ mod tests {
         let long = IdempotencyKey::parse(Some("k".repeat(200).as_bytes())).expect("valid");
         assert!(long.source_event_id().starts_with("sha256-"));
         assert!(long.source_event_id().len() <= 128);
+    }
+
+    #[test]
+    fn when_a_literal_key_names_the_hash_of_a_long_key_should_map_them_to_different_source_event_ids()
+     {
+        let long = IdempotencyKey::parse(Some("k".repeat(200).as_bytes())).expect("valid");
+        let hashed = long.source_event_id();
+        // A client may send the hashed form itself as a key: a different key, a different fact.
+        let literal = IdempotencyKey::parse(Some(hashed.as_bytes())).expect("valid");
+        assert_ne!(
+            literal.source_event_id(),
+            hashed,
+            "two keys, one sourceEventId"
+        );
+        assert!(literal.source_event_id().starts_with("sha256-"));
+        assert!(literal.source_event_id().len() <= 128);
+        // Ordinary short keys are unchanged, hashing is stable.
+        let short = IdempotencyKey::parse(Some(b"sha256")).expect("valid");
+        assert_eq!(short.source_event_id(), "sha256");
+        assert_eq!(long.source_event_id(), hashed);
+    }
+
+    #[test]
+    fn when_a_string_field_holds_a_character_sqs_cannot_carry_should_refuse_it_naming_the_character()
+     {
+        let body = |account: &str, reference: &str| {
+            serde_json::json!({"accountId": account, "amountMinor": 100, "currency": "EUR", "reference": reference})
+                .to_string()
+        };
+        for (reference, named) in [
+            ("inv-\u{fffe}", "U+FFFE"),
+            ("inv-\u{ffff}", "U+FFFF"),
+            ("inv-\u{1}", "U+0001"),
+            ("inv-\u{b}", "U+000B"),
+        ] {
+            let errors = PaymentCommand::parse(body("acc_1", reference).as_bytes())
+                .expect_err("SQS cannot carry it")
+                .expect("field errors");
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert_eq!(errors[0].field, "reference");
+            assert!(errors[0].rule.contains(named), "{errors:?}");
+            // The API's validation problem: 422, naming the field and the character.
+            let problem = crate::Problem::validation(errors);
+            assert_eq!(problem.status, 422);
+            assert!(
+                problem.detail.starts_with("reference: "),
+                "{}",
+                problem.detail
+            );
+        }
+        let errors = PaymentCommand::parse(body("acc_\u{ffff}", "inv-1").as_bytes())
+            .expect_err("SQS cannot carry it")
+            .expect("field errors");
+        assert_eq!(errors[0].field, "accountId");
+        assert!(errors[0].rule.contains("U+FFFF"), "{errors:?}");
+        // What SQS carries stays accepted: beyond the BMP, and right below the refused pair.
+        for reference in ["inv-\u{1f600}", "inv-\u{fffd}", "inv-\u{10ffff}"] {
+            assert!(
+                PaymentCommand::parse(body("acc_1", reference).as_bytes()).is_ok(),
+                "{reference:?}"
+            );
+        }
     }
 
     #[test]

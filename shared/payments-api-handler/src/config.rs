@@ -16,6 +16,10 @@ pub struct Config {
     /// How long an `Idempotency-Key` replays its response (`IDEMPOTENCY_RETENTION_DAYS`,
     /// 1..=3650, default 35); after it the key is refused, never reused.
     pub idempotency_retention: Duration,
+    /// How far ahead of the server's clock a payment's `eventTime` may be
+    /// (`MAX_EVENT_TIME_SKEW_SECONDS`, 0..=2592000, default 86400 = 24 h): account-state's
+    /// setting, so the API never accepts what the consumer would quarantine.
+    pub max_event_time_skew: Duration,
 }
 
 impl FromSettings for Config {
@@ -23,6 +27,12 @@ impl FromSettings for Config {
         Ok(Self {
             table: settings.required("TABLE_NAME")?,
             idempotency_retention: settings.days("IDEMPOTENCY_RETENTION_DAYS", 35, 1..=3650)?,
+            // The same name, default and range as account-state's (servicing-consumer config).
+            max_event_time_skew: Duration::from_secs(settings.number(
+                "MAX_EVENT_TIME_SKEW_SECONDS",
+                servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW.as_secs(),
+                0..=30 * 86_400,
+            )?),
         })
     }
 }
@@ -57,6 +67,37 @@ mod tests {
             Config::from_lookup(|_| None),
             Err(ConfigError::Missing("TABLE_NAME"))
         );
+    }
+
+    #[test]
+    fn when_the_event_time_skew_is_set_should_read_account_states_setting() {
+        let config = Config::from_lookup(|k| match k {
+            "TABLE_NAME" => Some("t".into()),
+            "MAX_EVENT_TIME_SKEW_SECONDS" => Some("3600".into()),
+            _ => None,
+        })
+        .expect("valid");
+        assert_eq!(config.max_event_time_skew, Duration::from_secs(3600));
+        let default =
+            Config::from_lookup(|k| (k == "TABLE_NAME").then(|| "t".into())).expect("valid");
+        assert_eq!(
+            default.max_event_time_skew,
+            servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW
+        );
+        for bad in ["2592001", "-1", "1h"] {
+            let err = Config::from_lookup(|k| match k {
+                "TABLE_NAME" => Some("t".into()),
+                "MAX_EVENT_TIME_SKEW_SECONDS" => Some(bad.into()),
+                _ => None,
+            })
+            .expect_err(bad);
+            assert!(
+                err.to_string().starts_with(
+                    "MAX_EVENT_TIME_SKEW_SECONDS must be a whole number in 0..=2592000"
+                ),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -36,11 +36,28 @@ pub const DETAIL_TYPE: &str = "PaymentSettled";
 #[derive(Debug, Clone)]
 pub struct PaymentsApi {
     store: ServicingStore,
+    max_event_time_skew: Duration,
 }
 
 impl PaymentsApi {
+    /// With the default time bound ([`servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW`]).
     pub fn new(store: ServicingStore) -> Self {
-        Self { store }
+        Self {
+            store,
+            max_event_time_skew: servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW,
+        }
+    }
+
+    /// With `config`'s settings (the time bound; the store is built from it too).
+    pub fn with_config(store: ServicingStore, config: &Config) -> Self {
+        Self::new(store).with_max_event_time_skew(config.max_event_time_skew)
+    }
+
+    /// How far ahead of the server's clock an `eventTime` may be (account-state's
+    /// `MAX_EVENT_TIME_SKEW_SECONDS`: a payment the consumer would quarantine is refused here).
+    pub fn with_max_event_time_skew(mut self, skew: Duration) -> Self {
+        self.max_event_time_skew = skew;
+        self
     }
 
     /// Routes on what API Gateway matched (the route key and its path parameters), not on a
@@ -108,19 +125,7 @@ impl PaymentsApi {
         let event_time = command.event_time.unwrap_or_else(|| {
             chrono::DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now)
         });
-        let skew = chrono::Duration::from_std(servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW)
-            .unwrap_or(chrono::Duration::MAX);
-        if now
-            .checked_add_signed(skew)
-            .is_some_and(|limit| event_time > limit)
-        {
-            // Business time only moves forward for an account: a payment dated in the future
-            // would age its arrears for good (the consumer quarantines such events too).
-            return Err(Problem::validation(vec![command::FieldError {
-                field: "eventTime",
-                rule: "must not be more than 24 h ahead of the server's clock".into(),
-            }]));
-        }
+        check_event_time(event_time, now, self.max_event_time_skew)?;
         let operation_id = format!(
             "op_{}",
             &command::hex(&Sha256::digest(
@@ -312,6 +317,39 @@ fn iam_caller(arn: &str) -> String {
     arn.to_owned()
 }
 
+/// Business time only moves forward for an account: a payment dated further ahead than the
+/// consumer's bound would age its arrears for good (account-state quarantines such events), so
+/// it is refused, stating the bound.
+fn check_event_time(
+    event_time: chrono::DateTime<Utc>,
+    now: chrono::DateTime<Utc>,
+    skew: Duration,
+) -> Result<(), Problem> {
+    let bound = chrono::Duration::from_std(skew).unwrap_or(chrono::Duration::MAX);
+    if now
+        .checked_add_signed(bound)
+        .is_some_and(|limit| event_time > limit)
+    {
+        return Err(Problem::validation(vec![FieldError {
+            field: "eventTime",
+            rule: format!(
+                "must not be more than {} ahead of the server's clock",
+                readable(skew)
+            ),
+        }]));
+    }
+    Ok(())
+}
+
+/// `24 h`, `15 min`, `90 s`: the largest whole unit.
+fn readable(duration: Duration) -> String {
+    match duration.as_secs() {
+        s if s > 0 && s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s > 0 && s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
 fn parse_account(raw: &str) -> Result<AccountId, Problem> {
     AccountId::parse(raw).map_err(|e| {
         Problem::validation(vec![FieldError {
@@ -358,7 +396,40 @@ fn json_response(status: u16, body: &str, replayed: bool) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
-    use super::{iam_caller, principal};
+    use std::time::Duration;
+
+    use super::{check_event_time, iam_caller, principal};
+
+    #[test]
+    fn when_event_time_is_beyond_the_configured_skew_should_refuse_it_stating_the_bound() {
+        let now = chrono::DateTime::from_timestamp(1_796_000_000, 0).expect("time");
+        let hour = Duration::from_secs(3600);
+        let ahead = |secs: i64| now + chrono::Duration::seconds(secs);
+        assert!(check_event_time(ahead(1800), now, hour).is_ok());
+        assert!(
+            check_event_time(ahead(3600), now, hour).is_ok(),
+            "the bound itself"
+        );
+        let problem = check_event_time(ahead(3601), now, hour).expect_err("past the bound");
+        assert_eq!(problem.status, 422);
+        assert_eq!(problem.errors[0].field, "eventTime");
+        assert_eq!(
+            problem.errors[0].rule,
+            "must not be more than 1 h ahead of the server's clock"
+        );
+        let default = servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW;
+        let problem = check_event_time(ahead(86_401), now, default).expect_err("past 24 h");
+        assert_eq!(
+            problem.errors[0].rule,
+            "must not be more than 24 h ahead of the server's clock"
+        );
+        let problem = check_event_time(ahead(91), now, Duration::from_secs(90)).expect_err("90 s");
+        assert_eq!(
+            problem.errors[0].rule,
+            "must not be more than 90 s ahead of the server's clock"
+        );
+        assert!(check_event_time(ahead(1), now, Duration::ZERO).is_err());
+    }
 
     fn jwt_request(claims: serde_json::Value) -> lambda_http::Request {
         let raw = serde_json::json!({
