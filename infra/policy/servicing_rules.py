@@ -4,8 +4,9 @@ MiniStack and DynamoDB Local accept templates AWS refuses or runs badly: FIFO se
 deduplication id, event targets that drop what they cannot deliver, alarms nobody hears,
 reservations a new account's quota refuses, visibility timeouts shorter than a retry, KMS
 permissions nobody checks, IAM grants nobody uses. Each rule below is one of those, checked
-over `template.yaml` by cfn-lint (`infra/check-template.sh` runs them with `--append-rules`;
-`infra/policy/check-fixtures.sh` proves each one fails on the template that had the problem).
+over `template.yaml` by cfn-lint (`infra/check-template.sh` runs them with `--append-rules`
+and proves each one fails on the template that had the problem: `fixtures/template-as-filed.yaml`
+for every rule, and each later issue's cut-down fixture for the rules its first line names).
 
 cfn-lint validates the SAM template with Globals merged (no SAM transform), so the rules read
 SAM resources; what SAM adds to each function's role is listed in the README ("Permissions").
@@ -605,4 +606,108 @@ class RetainedDataKeepsItsKey(ServicingRule):
                 out.append(self.problem(["Resources", key], f"{name} is retained but its key {key} is not"))
             if key not in aliases:
                 out.append(self.problem(["Resources", key], f"{key} has no alias"))
+        return out
+
+
+def env_of(fn):
+    return ((props(fn).get("Environment") or {}).get("Variables")) or {}
+
+
+def bounds(cfn, value):
+    """`(least, largest, default)` a value may take: a literal's value three times, a Number
+    parameter's MinValue, MaxValue and Default (None where the parameter sets no bound)."""
+    param = parameter(cfn, value)
+
+    def num(v):
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return None
+
+    if param is None:
+        n = num(value)
+        return n, n, n
+    allowed = [num(v) for v in as_list(param.get("AllowedValues") or [])]
+    if allowed and None not in allowed:
+        return min(allowed), max(allowed), num(param.get("Default"))
+    return num(param.get("MinValue")), num(param.get("MaxValue")), num(param.get("Default"))
+
+
+# The contract's rule (docs/EVENTS.md, "How long a fact is remembered"): a claim outlives
+# parking + the dead-letter queue + this margin. The same figure as account-state's
+# CLAIM_RETENTION_MARGIN_DAYS (shared/servicing-consumer/src/config.rs).
+CLAIM_MARGIN_DAYS = 7
+# What the reconciler parks for when PARK_RETENTION_DAYS is unset (its code default).
+DEFAULT_PARK_DAYS = 7
+DAY = 86400
+
+
+class ClaimsOutliveParkingAndDeadLetters(ServicingRule):
+    id = "E9113"
+    shortdesc = "No allowed parameters make a claim expire before its fact can come back"
+    description = (
+        "A fact comes back after parking (PARK_RETENTION_DAYS) or from its queue's dead-letter "
+        "queue; a claim that expires first lets it apply twice. Rules cannot compare numbers, so "
+        "the parameters' bounds must keep CLAIM_RETENTION_DAYS >= park + dead-letter retention "
+        f"+ {CLAIM_MARGIN_DAYS} days for every allowed combination (and the defaults), and the "
+        "consumer is given the park and dead-letter retention its cold-start check compares with."
+    )
+
+    def match(self, cfn):
+        out = []
+        fns = list(functions(cfn))
+        parks = [(name, env_of(fn)["PARK_RETENTION_DAYS"]) for name, fn in fns if "PARK_RETENTION_DAYS" in env_of(fn)]
+        for name, fn in fns:
+            env = env_of(fn)
+            if "CLAIM_RETENTION_DAYS" not in env or not list(events_of(fn, "SQS")):
+                continue
+            path = ["Resources", name, "Properties", "Environment", "Variables"]
+            # Parking: the reconciler's (what it actually keeps), else the consumer's own.
+            park_value = parks[0][1] if parks else env.get("PARK_RETENTION_DAYS", DEFAULT_PARK_DAYS)
+            for var in ("PARK_RETENTION_DAYS", "DEAD_LETTER_RETENTION_DAYS"):
+                if var not in env:
+                    out.append(self.problem(path, f"{name} is not given {var}: its cold-start check of the claim retention compares with a default"))
+            for other, value in parks:
+                if "PARK_RETENTION_DAYS" in env and env["PARK_RETENTION_DAYS"] != value:
+                    out.append(self.problem(path, f"{name}'s PARK_RETENTION_DAYS is not {other}'s: it checks its claims against another parking time"))
+            # The dead-letter queues of the queues it consumes, in days.
+            dead_letter_days = []
+            for ev_name, ev in events_of(fn, "SQS"):
+                _, q = queue(cfn, ev.get("Queue"))
+                redrive = props(q).get("RedrivePolicy") if q is not None else None
+                _, dlq = queue(cfn, redrive.get("deadLetterTargetArn")) if isinstance(redrive, dict) else (None, None)
+                if dlq is None:
+                    continue
+                kept = number(cfn, props(dlq).get("MessageRetentionPeriod", 345600))
+                if kept is None:
+                    out.append(self.problem(["Resources", name, "Properties", "Events", ev_name], f"{name}/{ev_name}: its dead-letter retention is not bounded"))
+                    continue
+                dead_letter_days.append(kept / DAY)
+            dead_letter = max(dead_letter_days, default=14)
+            told = bounds(cfn, env.get("DEAD_LETTER_RETENTION_DAYS"))[0] if "DEAD_LETTER_RETENTION_DAYS" in env else None
+            if told is not None and told != dead_letter:
+                out.append(self.problem(path, f"{name}'s DEAD_LETTER_RETENTION_DAYS is {told:.0f}, its dead-letter queue keeps {dead_letter:g} days"))
+
+            claim_min, _, claim_default = bounds(cfn, env["CLAIM_RETENTION_DAYS"])
+            _, park_max, park_default = bounds(cfn, park_value)
+            claim_param = logical_id(env["CLAIM_RETENTION_DAYS"]) or "CLAIM_RETENTION_DAYS"
+            park_param = logical_id(park_value) or "PARK_RETENTION_DAYS"
+            claim_path = ["Parameters", claim_param] if parameter(cfn, env["CLAIM_RETENTION_DAYS"]) else path
+            if claim_min is None:
+                out.append(self.problem(claim_path, f"{claim_param} has no MinValue: any claim retention is accepted"))
+            if park_max is None:
+                out.append(self.problem(["Parameters", park_param] if parameter(cfn, park_value) else path,
+                                        f"{park_param} has no MaxValue: any parking time is accepted"))
+            if claim_min is not None and park_max is not None:
+                needed = park_max + dead_letter + CLAIM_MARGIN_DAYS
+                if claim_min < needed:
+                    out.append(self.problem(claim_path, (
+                        f"{claim_param} accepts {claim_min:g} days, but {park_param} accepts up to {park_max:g}: "
+                        f"a claim must last parking + the {dead_letter:g}-day dead-letter queue + {CLAIM_MARGIN_DAYS} "
+                        f"days = {needed:g} (make {claim_param}'s MinValue at least {needed:g}, or lower {park_param}'s MaxValue)"
+                    )))
+            if None not in (claim_default, park_default):
+                needed = park_default + dead_letter + CLAIM_MARGIN_DAYS
+                if claim_default < needed:
+                    out.append(self.problem(claim_path, f"the defaults break it: {claim_param} {claim_default:g} < {park_param} {park_default:g} + {dead_letter:g} + {CLAIM_MARGIN_DAYS}"))
         return out

@@ -23,4 +23,5 @@ mod operations;
 mod parking;
 mod payments_api;
 mod relay;
+mod retention;
 mod sample_events;

@@ -12,7 +12,8 @@ pub use servicing_settings::ConfigError;
 pub struct Config {
     /// The DynamoDB table (`TABLE_NAME`, required).
     pub table: String,
-    /// How long a claim deduplicates (`CLAIM_RETENTION_DAYS`, default 35).
+    /// How long a claim deduplicates (`CLAIM_RETENTION_DAYS`, default 35; at least
+    /// `PARK_RETENTION_DAYS` + `DEAD_LETTER_RETENTION_DAYS` + 7, else the start fails).
     pub claim_retention: Duration,
     /// How far ahead of this consumer's clock an `eventTime` may be before the event is
     /// quarantined unclaimed (`MAX_EVENT_TIME_SKEW_SECONDS`, default 86400 = 24 h).
@@ -58,10 +59,42 @@ impl Config {
     }
 }
 
+/// Days a claim must outlive parking and the dead-letter queue by: a fact that comes back on
+/// the last day of either still meets its claim (`PARK_RETENTION_DAYS` and
+/// `DEAD_LETTER_RETENTION_DAYS` above).
+pub const CLAIM_RETENTION_MARGIN_DAYS: u64 = 7;
+
+/// The deployment rule of the contract ("How long a fact is remembered"): a fact comes back
+/// after being parked (`PARK_RETENTION_DAYS`, the reconciler's, default 7) or dead-lettered
+/// (`DEAD_LETTER_RETENTION_DAYS`, the servicing DLQ's `MessageRetentionPeriod`, default and at
+/// most 14), so its claim must last at least both plus a margin; a shorter one lets a
+/// redelivery after the claim's expiry apply the fact (a fee, an interest charge) again.
+/// Checked at cold start, so a deployment that breaks it fails loudly instead of running.
+fn check_claim_outlives_redeliveries(settings: &Settings) -> Result<(), ConfigError> {
+    let claim = settings.number("CLAIM_RETENTION_DAYS", 35, 1..=3650)?;
+    let park = settings.number("PARK_RETENTION_DAYS", 7, 1..=365)?;
+    let dead_letter = settings.number("DEAD_LETTER_RETENTION_DAYS", 14, 1..=14)?;
+    let needed = park + dead_letter + CLAIM_RETENTION_MARGIN_DAYS;
+    if claim < needed {
+        return Err(ConfigError::Invalid {
+            name: "CLAIM_RETENTION_DAYS",
+            rule: format!(
+                "at least PARK_RETENTION_DAYS ({park}) + DEAD_LETTER_RETENTION_DAYS ({dead_letter}) \
+                 + a {CLAIM_RETENTION_MARGIN_DAYS}-day margin = {needed} days (a fact parked or \
+                 dead-lettered that long comes back after a shorter claim has expired, and applies \
+                 twice)"
+            ),
+            value: claim.to_string(),
+        });
+    }
+    Ok(())
+}
+
 impl FromSettings for Config {
     fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
         let mut config = Self::for_table(settings.required("TABLE_NAME")?);
         config.claim_retention = settings.days("CLAIM_RETENTION_DAYS", 35, 1..=3650)?;
+        check_claim_outlives_redeliveries(settings)?;
         config.max_event_time_skew = Duration::from_secs(settings.number(
             "MAX_EVENT_TIME_SKEW_SECONDS",
             86_400,
@@ -126,6 +159,75 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    fn with(pairs: &[(&'static str, &'static str)]) -> Result<Config, ConfigError> {
+        let pairs = pairs.to_vec();
+        Config::from_lookup(move |k| {
+            std::iter::once(("TABLE_NAME", "t"))
+                .chain(pairs.iter().copied())
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| v.to_owned())
+        })
+    }
+
+    #[test]
+    fn when_the_claim_retention_does_not_outlive_parking_and_dead_letters_should_refuse_to_start() {
+        // 7 parked + 14 dead-lettered + a 7-day margin = 28: a claim of 27 days could expire
+        // while the fact may still come back, and a resend would apply it twice.
+        for (pairs, needed) in [
+            (&[("CLAIM_RETENTION_DAYS", "27")][..], 28),
+            (
+                &[
+                    ("CLAIM_RETENTION_DAYS", "35"),
+                    ("PARK_RETENTION_DAYS", "30"),
+                ][..],
+                51,
+            ),
+            (
+                &[
+                    ("CLAIM_RETENTION_DAYS", "20"),
+                    ("PARK_RETENTION_DAYS", "1"),
+                    ("DEAD_LETTER_RETENTION_DAYS", "14"),
+                ][..],
+                22,
+            ),
+        ] {
+            let err = with(pairs).expect_err("claim retention too short");
+            let text = err.to_string();
+            assert!(
+                text.starts_with("CLAIM_RETENTION_DAYS must be at least PARK_RETENTION_DAYS")
+                    && text.contains("DEAD_LETTER_RETENTION_DAYS (14)")
+                    && text.contains("7-day margin")
+                    && text.contains(&format!("= {needed} days")),
+                "{text}"
+            );
+            let park = pairs
+                .iter()
+                .find(|(k, _)| *k == "PARK_RETENTION_DAYS")
+                .map_or("7", |(_, v)| v);
+            assert!(
+                text.contains(&format!("PARK_RETENTION_DAYS ({park})")),
+                "{text}"
+            );
+        }
+        // At the bound, and the defaults (35 > 7 + 14 + 7), start.
+        assert!(with(&[("CLAIM_RETENTION_DAYS", "28")]).is_ok());
+        assert!(
+            with(&[
+                ("CLAIM_RETENTION_DAYS", "35"),
+                ("PARK_RETENTION_DAYS", "14")
+            ])
+            .is_ok()
+        );
+        assert!(with(&[]).is_ok());
+        // The dead-letter queue keeps messages at most 14 days (SQS's maximum).
+        assert!(
+            with(&[("DEAD_LETTER_RETENTION_DAYS", "15")])
+                .expect_err("over SQS's maximum")
+                .to_string()
+                .starts_with("DEAD_LETTER_RETENTION_DAYS must be a whole number in 1..=14")
+        );
     }
 
     #[test]

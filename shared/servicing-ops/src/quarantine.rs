@@ -21,7 +21,15 @@ pub struct Quarantined {
     pub account_id: Option<String>,
     pub quarantined_at_ms: i64,
     pub redrive_count: i64,
+    /// The body, or only its first bytes when `raw_body_truncated`.
     pub raw_body: String,
+    /// `(bytes, sha256)` of a body too large to keep whole (`raw_body` is its prefix).
+    pub raw_body_truncated: Option<(u64, String)>,
+    /// The fingerprint of the quarantined payload (absent for undecodable input).
+    pub received_fingerprint: Option<String>,
+    /// The claim retention of the consumer that quarantined it (seconds; absent on items
+    /// written before quarantine items recorded it).
+    pub claim_retention_secs: Option<i64>,
 }
 
 impl Quarantined {
@@ -38,7 +46,15 @@ impl Quarantined {
             account_id: r.account_id,
             quarantined_at_ms: r.quarantined_at,
             redrive_count: r.redrive_count.unwrap_or_default(),
+            raw_body_truncated: r.raw_body_truncated.then(|| {
+                (
+                    r.raw_body_bytes.unwrap_or_default(),
+                    r.raw_body_sha256.unwrap_or_default(),
+                )
+            }),
             raw_body: r.raw_body,
+            received_fingerprint: r.received_fingerprint,
+            claim_retention_secs: r.claim_retention_secs,
         })
     }
 }
@@ -102,26 +118,49 @@ pub struct Redriven {
     pub message_id: String,
 }
 
-/// Sends the quarantined body of an account-state message back to the servicing queue, after a
-/// fix. Refuses collisions (the first fact stands; the source must send a new identity) and
-/// facts already applied. A business rejection's claim is released first (conditionally: only
-/// a `REJECTED` claim with this payload's fingerprint), else the redelivery would be a duplicate.
-/// How long claims deduplicate, and whether the operator accepts redriving a fact the claims
-/// cannot vouch for.
+/// An operator's explicit claim retention for a redrive (`--retention-days`): overrides what
+/// the quarantine item recorded.
 #[derive(Debug, Clone, Copy)]
 pub struct RedriveWindow {
     pub claim_retention_secs: i64,
     pub allow_beyond_retention: bool,
 }
 
+/// How a redrive judges an unclaimed fact: by the claim retention its quarantine item recorded
+/// (its writer's `CLAIM_RETENTION_DAYS`) unless the operator overrides it; with neither, the
+/// redrive is refused — never judged by a default that may not be the deployed value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RedriveOptions {
+    /// Overrides the recorded claim retention (seconds).
+    pub claim_retention_secs: Option<i64>,
+    /// Redrive even a fact the claims cannot vouch for (the operator checked it).
+    pub allow_beyond_retention: bool,
+}
+
+impl From<RedriveWindow> for RedriveOptions {
+    fn from(window: RedriveWindow) -> Self {
+        Self {
+            claim_retention_secs: Some(window.claim_retention_secs),
+            allow_beyond_retention: window.allow_beyond_retention,
+        }
+    }
+}
+
+/// Sends the quarantined body of an account-state message back to the servicing queue, after a
+/// fix. Refuses collisions (the first fact stands; the source must send a new identity), bodies
+/// kept only in part, and facts already applied. A business rejection's claim is released
+/// first, else the redelivery would be a duplicate — only a `REJECTED` claim of the
+/// quarantined payload (its fingerprint as the quarantine item recorded it): a claim another
+/// payload of the same identity holds since stays.
 pub async fn redrive(
     client: &aws_sdk_dynamodb::Client,
     sqs: &aws_sdk_sqs::Client,
     table: &str,
     queue_url: &str,
     id: &str,
-    window: RedriveWindow,
+    options: impl Into<RedriveOptions>,
 ) -> anyhow::Result<Redriven> {
+    let options = options.into();
     let q = inspect(client, table, id).await?;
     if q.consumer != "account-state" {
         return Err(anyhow::anyhow!(
@@ -135,6 +174,13 @@ pub async fn redrive(
              the source must resend under a new identity, or correct the first fact"
         ));
     }
+    if let Some((bytes, sha256)) = &q.raw_body_truncated {
+        return Err(anyhow::anyhow!(
+            "{id} kept only the first {} bytes of its {bytes}-byte body (sha256 {sha256}): \
+             it cannot be redriven; the source must resend it",
+            q.raw_body.len()
+        ));
+    }
     let mut released_claim = false;
     if let Some(source) = &q.source {
         let claim = account_state_claim(client, table, source).await?;
@@ -144,25 +190,40 @@ pub async fn redrive(
                 // that claim has expired since. Any claim made after the quarantine lives until
                 // at least quarantinedAt + retention; while that outlasts the queue's delivery
                 // horizon, "no claim" means "never applied".
+                let Some(retention) = options.claim_retention_secs.or(q.claim_retention_secs)
+                else {
+                    return Err(anyhow::anyhow!(
+                        "{id} records no claim retention (it was quarantined before quarantine items kept it) \
+                         and none was given: a redrive cannot tell whether {source} may have been applied since \
+                         and its claim expired (--retention-days with the deployed CLAIM_RETENTION_DAYS)"
+                    ));
+                };
                 let now = epoch_seconds();
-                let covered_until = q.quarantined_at_ms / 1000 + window.claim_retention_secs;
+                let covered_until = q.quarantined_at_ms / 1000 + retention;
                 if covered_until <= now + crate::replay::QUEUE_RETENTION_SECS
-                    && !window.allow_beyond_retention
+                    && !options.allow_beyond_retention
                 {
                     return Err(anyhow::anyhow!(
                         "{source} was quarantined {} days ago and has no claim: it may have been applied since \
-                         and its claim expired, so a redrive could apply it twice \
+                         and its claim ({} days) expired, so a redrive could apply it twice \
                          (--allow-beyond-retention once you know it was never applied)",
-                        (now - q.quarantined_at_ms / 1000) / 86_400
+                        (now - q.quarantined_at_ms / 1000) / 86_400,
+                        retention / 86_400
                     ));
                 }
             }
             Some("REJECTED") => {
-                let fingerprint = claim
-                    .as_ref()
-                    .map(|c| c.fingerprint.clone())
-                    .unwrap_or_default();
-                client
+                let Some(quarantined) = q.received_fingerprint.as_deref() else {
+                    return Err(anyhow::anyhow!(
+                        "{id} records no fingerprint of its payload: whether {source}'s REJECTED claim is this \
+                         payload's cannot be told, so it is not released"
+                    ));
+                };
+                let claimed = claim.as_ref().map_or("", |c| c.fingerprint.as_str());
+                if claimed != quarantined {
+                    return Err(another_payload(source, claimed, quarantined));
+                }
+                let released = client
                     .delete_item()
                     .table_name(table)
                     .set_key(Some(servicing_store::items::key_item(
@@ -170,11 +231,22 @@ pub async fn redrive(
                     )))
                     .condition_expression("verdict = :rejected AND fingerprint = :fp")
                     .expression_attribute_values(":rejected", AttributeValue::S("REJECTED".into()))
-                    .expression_attribute_values(":fp", AttributeValue::S(fingerprint))
+                    .expression_attribute_values(":fp", AttributeValue::S(quarantined.to_owned()))
                     .send()
-                    .await
-                    .map_err(failed("cannot release the claim"))?;
-                released_claim = true;
+                    .await;
+                match released {
+                    Ok(_) => released_claim = true,
+                    Err(e)
+                        if e.as_service_error()
+                            .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                    {
+                        return Err(anyhow::anyhow!(
+                            "{source}'s claim changed while it was being released (it is no longer this \
+                             payload's REJECTED claim): not released, nothing sent; inspect it again"
+                        ));
+                    }
+                    Err(e) => return Err(failed("cannot release the claim")(e)),
+                }
             }
             Some(verdict) => {
                 return Err(anyhow::anyhow!(
@@ -183,20 +255,15 @@ pub async fn redrive(
             }
         }
     }
-    let group = serde_json::from_str::<serde_json::Value>(&q.raw_body)
-        .ok()
-        .and_then(|v| v["accountId"].as_str().map(str::to_owned))
-        .filter(|a| !a.is_empty())
-        .unwrap_or_else(|| "quarantine-redrive".to_owned());
+    let to = crate::replay::Addressing::of(&q.raw_body);
     let sent = sqs
         .send_message()
         .queue_url(queue_url)
         .message_body(&q.raw_body)
-        .message_group_id(group)
-        .message_deduplication_id(format!(
-            "redrive-{}-{}",
+        .message_group_id(to.group)
+        .message_deduplication_id(redrive_deduplication_id(
+            &to.deduplication_id,
             q.redrive_count + 1,
-            short_hash(&q.id)
         ))
         .send()
         .await
@@ -223,9 +290,49 @@ pub async fn redrive(
     })
 }
 
-fn short_hash(text: &str) -> String {
-    use std::hash::{DefaultHasher, Hasher};
-    let mut h = DefaultHasher::new();
-    h.write(text.as_bytes());
-    format!("{:016x}", h.finish())
+fn another_payload(source: &SourceRef, claimed: &str, quarantined: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{source}'s REJECTED claim is another payload's (claimed {claimed}, quarantined {quarantined}): \
+         it is not released — that payload's rejection stands; redrive its own quarantine item"
+    )
+}
+
+/// A redrive's deduplication id: the body's identity (as every send derives it, see
+/// [`crate::replay::Addressing`]) and which redrive of the item this is. A redrive is an
+/// operator's decision taken after the previous delivery was judged, not a retry of a send:
+/// under the identity alone SQS would drop it within 5 minutes of that delivery, reporting it
+/// sent. Two operators redriving the same item at once send the same id (one is dropped).
+fn redrive_deduplication_id(identity: &str, redrive: i64) -> String {
+    let id = format!("#redrive-{redrive}:{identity}");
+    if id.len() <= crate::replay::MAX_DEDUPLICATION_ID {
+        return id;
+    }
+    format!(
+        "#redrive-{redrive}:{}",
+        servicing_domain::Fingerprint::of_value(&serde_json::Value::String(identity.to_owned()))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_an_item_is_redriven_should_send_under_its_identity_and_redrive_number() {
+        assert_eq!(
+            redrive_deduplication_id("psp:pay-1", 1),
+            "#redrive-1:psp:pay-1"
+        );
+        assert_ne!(
+            redrive_deduplication_id("psp:pay-1", 2),
+            redrive_deduplication_id("psp:pay-1", 1)
+        );
+        let long = "e".repeat(128);
+        let id = redrive_deduplication_id(&long, 12);
+        assert!(
+            id.starts_with("#redrive-12:sha256:") && id.len() <= 128,
+            "{id}"
+        );
+        assert_ne!(id, redrive_deduplication_id(&"f".repeat(128), 12));
+    }
 }

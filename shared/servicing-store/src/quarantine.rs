@@ -1,10 +1,55 @@
 //! Quarantine: a message that will not be applied, stored with its raw body and reason.
+//!
+//! A body over [`RAW_BODY_LIMIT`] is kept as its SHA-256, its byte length and its first
+//! [`RAW_BODY_PREFIX`] bytes (`rawBodyTruncated`): SQS carries up to 1 MiB, a DynamoDB item
+//! holds 400 KB, and a quarantine item that does not fit would send its message to the
+//! dead-letter queue instead — the one thing quarantine is there to prevent. The bound also
+//! keeps a transaction that holds several quarantine items (a group's rejections, the
+//! reconciler's expiry) well inside its 4 MB.
+
+use std::fmt::Write as _;
 
 use servicing_domain::{AccountId, Fingerprint, SourceRef};
+use sha2::{Digest, Sha256};
 
 use crate::errors::classify;
 use crate::items::{self, Item};
 use crate::{ServicingStore, StoreError, now_epoch};
+
+/// Bodies up to this many bytes are kept whole.
+pub const RAW_BODY_LIMIT: usize = 64 * 1024;
+/// What is kept of a larger body (at most this many bytes, cut at a character boundary).
+pub const RAW_BODY_PREFIX: usize = 16 * 1024;
+
+/// What a quarantine item keeps of a body: the body, or its prefix, length and SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KeptBody {
+    text: String,
+    /// `(bytes, sha256)` of the whole body, when `text` is only its prefix.
+    truncated: Option<(u64, String)>,
+}
+
+fn keep(body: &str) -> KeptBody {
+    if body.len() <= RAW_BODY_LIMIT {
+        return KeptBody {
+            text: body.to_owned(),
+            truncated: None,
+        };
+    }
+    let cut = (0..=RAW_BODY_PREFIX)
+        .rev()
+        .find(|&i| body.is_char_boundary(i))
+        .unwrap_or(0);
+    let digest = Sha256::digest(body.as_bytes());
+    let hex = digest.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    });
+    KeptBody {
+        text: body[..cut].to_owned(),
+        truncated: Some((body.len() as u64, hex)),
+    }
+}
 
 /// A message that will not be applied, as stored for operators.
 #[derive(Debug, Clone)]
@@ -67,13 +112,18 @@ impl ServicingStore {
             .unwrap_or_default();
         let (pk, sk) =
             items::quarantine_key(&self.config.consumer, &day, now_millis, entry.message_id);
+        let body = keep(entry.raw_body);
+        let (raw_body_bytes, raw_body_sha256) = body.truncated.clone().unzip();
         crate::schema::to_item(&crate::schema::QuarantineRecord {
             pk,
             sk,
             item_type: crate::schema::QuarantineRecord::ITEM_TYPE.into(),
             consumer: self.config.consumer.clone(),
             message_id: entry.message_id.into(),
-            raw_body: entry.raw_body.into(),
+            raw_body_truncated: body.truncated.is_some(),
+            raw_body: body.text,
+            raw_body_bytes,
+            raw_body_sha256,
             code: entry.code.into(),
             reason: entry.reason.into(),
             quarantined_at: now_millis,
@@ -83,8 +133,86 @@ impl ServicingStore {
             stored_fingerprint: entry.stored_fingerprint.map(|f| f.as_str().to_owned()),
             received_fingerprint: entry.received_fingerprint.map(|f| f.as_str().to_owned()),
             receive_count: entry.receive_count,
+            claim_retention_secs: Some(
+                i64::try_from(self.config.claim_retention.as_secs()).unwrap_or(i64::MAX),
+            ),
             redrive_count: None,
             redriven_at: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::StoreConfig;
+    use crate::schema::{QuarantineRecord, from_item};
+
+    fn store(claim_retention: Duration) -> ServicingStore {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        ServicingStore::new(
+            aws_sdk_dynamodb::Client::from_conf(config),
+            StoreConfig {
+                claim_retention,
+                ..StoreConfig::new("table", "account-state")
+            },
+        )
+    }
+
+    fn record(store: &ServicingStore, body: &str) -> QuarantineRecord {
+        let entry = QuarantineEntry::new("m-1", body, "not_json", "a reason");
+        from_item(
+            store
+                .quarantine_item(&entry, 1_796_000_000_000)
+                .expect("item"),
+        )
+        .expect("record")
+    }
+
+    #[test]
+    fn when_a_message_is_quarantined_should_record_the_writers_claim_retention() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            record(&store(40 * day), "{}").claim_retention_secs,
+            Some(40 * 86_400)
+        );
+    }
+
+    #[test]
+    fn when_a_body_is_over_the_bound_should_keep_its_hash_length_and_a_prefix() {
+        let store = store(Duration::from_secs(35 * 86_400));
+        let small = "x".repeat(RAW_BODY_LIMIT);
+        let kept = record(&store, &small);
+        assert_eq!(
+            kept.raw_body, small,
+            "up to the bound, the body is kept whole"
+        );
+        assert!(!kept.raw_body_truncated && kept.raw_body_bytes.is_none());
+
+        // A multi-byte character across the prefix's end is not split.
+        let big = format!(
+            "{}é{}",
+            "a".repeat(RAW_BODY_PREFIX - 1),
+            "b".repeat(500_000)
+        );
+        let kept = record(&store, &big);
+        assert!(kept.raw_body_truncated);
+        assert_eq!(kept.raw_body, "a".repeat(RAW_BODY_PREFIX - 1));
+        assert_eq!(kept.raw_body_bytes, Some(big.len() as u64));
+        assert_eq!(kept.raw_body_sha256.map(|h| h.len()), Some(64));
+        // The hash is the plain SHA-256 of the body's bytes, as `sha256sum` prints it
+        // (computed with Python's hashlib over 65537 "z").
+        assert_eq!(
+            keep(&"z".repeat(RAW_BODY_LIMIT + 1)).truncated,
+            Some((
+                RAW_BODY_LIMIT as u64 + 1,
+                "810c37bb91b70d110564f7739f88b79f6e2ad5b9553d5a7a8119bf3a376e87f9".to_owned()
+            ))
+        );
     }
 }

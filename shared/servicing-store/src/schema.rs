@@ -49,7 +49,19 @@ pub struct QuarantineRecord {
     pub item_type: String,
     pub consumer: String,
     pub message_id: String,
+    /// The message body, whole; or, when `raw_body_truncated`, only its first bytes (a body
+    /// over the bound fits no item: SQS carries 1 MiB, an item holds 400 KB).
     pub raw_body: String,
+    /// The body was too large to keep: `raw_body` is a prefix, and the body is known by its
+    /// length and SHA-256 (to match it with the producer's copy or a dead letter).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub raw_body_truncated: bool,
+    /// Bytes of the whole body (with `raw_body_truncated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_body_bytes: Option<u64>,
+    /// Lower-case hex SHA-256 of the whole body (with `raw_body_truncated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_body_sha256: Option<String>,
     pub code: String,
     pub reason: String,
     /// Epoch milliseconds.
@@ -66,6 +78,10 @@ pub struct QuarantineRecord {
     pub received_fingerprint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive_count: Option<u32>,
+    /// The writer's claim retention (seconds) when it quarantined this: a redrive knows from it
+    /// how long a claim made since would still deduplicate (absent on items written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_retention_secs: Option<i64>,
     /// Set by an operator's redrive (absent until the first): how many, and when (epoch s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redrive_count: Option<i64>,
@@ -202,6 +218,9 @@ mod tests {
             consumer: "account-state".into(),
             message_id: "m-1".into(),
             raw_body: "{".into(),
+            raw_body_truncated: false,
+            raw_body_bytes: None,
+            raw_body_sha256: None,
             code: "not_json".into(),
             reason: "not valid UTF-8 JSON".into(),
             quarantined_at: 1_796_000_000_000,
@@ -211,11 +230,17 @@ mod tests {
             stored_fingerprint: None,
             received_fingerprint: None,
             receive_count: Some(2),
+            claim_retention_secs: Some(35 * 86_400),
             redrive_count: None,
             redriven_at: None,
         };
         let item = to_item(&record).expect("item");
         assert!(!item.contains_key("sourceSystem") && !item.contains_key("redriveCount"));
+        assert!(!item.contains_key("rawBodyTruncated") && !item.contains_key("rawBodySha256"));
+        assert_eq!(
+            item["claimRetentionSecs"],
+            aws_sdk_dynamodb::types::AttributeValue::N("3024000".into())
+        );
         assert_eq!(
             item["quarantinedAt"],
             aws_sdk_dynamodb::types::AttributeValue::N("1796000000000".into())

@@ -54,9 +54,12 @@ pub enum QuarantineCommand {
         queue: String,
         #[arg(required = true)]
         ids: Vec<String>,
-        /// The consumer's claim retention (CLAIM_RETENTION_DAYS).
-        #[arg(long, default_value_t = 35, value_parser = clap::value_parser!(i64).range(1..=3650))]
-        retention_days: i64,
+        /// Overrides the claim retention each item recorded when it was quarantined (its
+        /// consumer's CLAIM_RETENTION_DAYS, as deployed then); needed only for items written
+        /// before they recorded it, which are refused without it. No default: a guess could
+        /// let a fact that applied since be applied twice.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=3650))]
+        retention_days: Option<i64>,
         /// Redrive even a fact that may have applied since (after checking it).
         #[arg(long)]
         allow_beyond_retention: bool,
@@ -123,8 +126,15 @@ pub fn quarantine(command: &QuarantineCommand) -> anyhow::Result<bool> {
             QuarantineCommand::List { table, consumer } => {
                 let items = quarantine::list(&dynamodb, &table.table, consumer.as_deref()).await?;
                 for q in &items {
-                    let source = q.source.as_ref().map(ToString::to_string).unwrap_or_else(|| "-".into());
-                    println!("{}\t{}\t{}\t{}\t{}\tredriven {}x", q.id, q.consumer, q.code, source, q.reason, q.redrive_count);
+                    let source = q
+                        .source
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_else(|| "-".into());
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}\tredriven {}x",
+                        q.id, q.consumer, q.code, source, q.reason, q.redrive_count
+                    );
                 }
                 println!("{} quarantined", items.len());
                 Ok(true)
@@ -132,24 +142,37 @@ pub fn quarantine(command: &QuarantineCommand) -> anyhow::Result<bool> {
             QuarantineCommand::Inspect { table, ids } => {
                 for id in ids {
                     let q = quarantine::inspect(&dynamodb, &table.table, id).await?;
-                    println!("id:          {}\nconsumer:    {}\ncode:        {}\nreason:      {}\nmessage id:  {}\nsource:      {}\naccount:     {}\nredriven:    {}x\nraw body:    {}\n",
-                        q.id, q.consumer, q.code, q.reason, q.message_id,
-                        q.source.as_ref().map(ToString::to_string).unwrap_or_default(),
-                        q.account_id.unwrap_or_default(), q.redrive_count, q.raw_body);
+                    println!("{}", inspection(&q));
                 }
                 Ok(true)
             }
-            QuarantineCommand::Redrive { table, queue, ids, retention_days, allow_beyond_retention } => {
-                let window = quarantine::RedriveWindow {
-                    claim_retention_secs: retention_days * 86_400,
+            QuarantineCommand::Redrive {
+                table,
+                queue,
+                ids,
+                retention_days,
+                allow_beyond_retention,
+            } => {
+                let options = quarantine::RedriveOptions {
+                    claim_retention_secs: retention_days.map(|days| days * 86_400),
                     allow_beyond_retention: *allow_beyond_retention,
                 };
                 let sqs = aws_sdk_sqs::Client::new(&sdk);
                 let mut all_ok = true;
                 for id in ids {
-                    match quarantine::redrive(&dynamodb, &sqs, &table.table, queue, id, window).await {
-                        Ok(r) => println!("redriven {} as message {}{}", r.id, r.message_id,
-                            if r.released_claim { " (its REJECTED claim was released)" } else { "" }),
+                    match quarantine::redrive(&dynamodb, &sqs, &table.table, queue, id, options)
+                        .await
+                    {
+                        Ok(r) => println!(
+                            "redriven {} as message {}{}",
+                            r.id,
+                            r.message_id,
+                            if r.released_claim {
+                                " (its REJECTED claim was released)"
+                            } else {
+                                ""
+                            }
+                        ),
                         Err(why) => {
                             all_ok = false;
                             eprintln!("refused {id}: {why:#}");
@@ -160,6 +183,37 @@ pub fn quarantine(command: &QuarantineCommand) -> anyhow::Result<bool> {
             }
         }
     })
+}
+
+/// What `quarantine inspect` prints of one item.
+fn inspection(q: &quarantine::Quarantined) -> String {
+    let retention = q.claim_retention_secs.map_or_else(
+        || "not recorded (redrive needs --retention-days)".to_owned(),
+        |s| format!("{} days", s / 86_400),
+    );
+    let body = match &q.raw_body_truncated {
+        Some((bytes, sha256)) => format!(
+            "{bytes} bytes, sha256 {sha256}; kept only its first {} bytes (not redrivable):\n             {}",
+            q.raw_body.len(),
+            q.raw_body
+        ),
+        None => q.raw_body.clone(),
+    };
+    format!(
+        "id:          {}\nconsumer:    {}\ncode:        {}\nreason:      {}\nmessage id:  {}\nsource:      {}\naccount:     {}\nfingerprint: {}\nclaim kept:  {retention}\nredriven:    {}x\nraw body:    {body}\n",
+        q.id,
+        q.consumer,
+        q.code,
+        q.reason,
+        q.message_id,
+        q.source
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        q.account_id.clone().unwrap_or_default(),
+        q.received_fingerprint.clone().unwrap_or_default(),
+        q.redrive_count,
+    )
 }
 
 pub fn parked(command: &ParkedCommand) -> anyhow::Result<bool> {
@@ -197,4 +251,44 @@ pub fn send(args: &SendArgs) -> anyhow::Result<bool> {
         println!("sent {sent} messages to {queue}");
         Ok(true)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: QuarantineCommand,
+    }
+
+    fn redrive_retention(args: &[&str]) -> Option<i64> {
+        let base = [
+            "ledgerctl",
+            "redrive",
+            "--table",
+            "t",
+            "--queue",
+            "q",
+            "QUARANTINE#x|1#m",
+        ];
+        let cli = Cli::try_parse_from(base.iter().chain(args)).expect("parses");
+        match cli.command {
+            QuarantineCommand::Redrive { retention_days, .. } => retention_days,
+            other => panic!("not a redrive: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn when_redrive_is_given_no_retention_should_not_assume_one() {
+        assert_eq!(
+            redrive_retention(&[]),
+            None,
+            "the item's recorded retention decides"
+        );
+        assert_eq!(redrive_retention(&["--retention-days", "60"]), Some(60));
+    }
 }
