@@ -21,10 +21,13 @@ set +a
 # The Lambda-path tests deploy the real function binaries to MiniStack.
 cargo build --locked -p account-state -p outbox-relay -p collections
 log=$(mktemp)
+# Properties and sweeps record how many cases they ran (integration-tests record_figure).
+rm -f target/test-figures.txt
 status=0
 cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
 # One closing line for the whole workspace (cargo prints one per test binary, doc-tests last).
 awk '/^test result:/ { p += $4; f += $6; i += $8 }
      END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
+[[ -f target/test-figures.txt ]] && sed 's/^/figure: /' target/test-figures.txt
 rm -f "$log"
 exit "$status"

@@ -18,6 +18,7 @@ macro_rules! on_both_engines {
 mod account_state;
 mod collections;
 mod engines;
+mod fault_sweep;
 mod lambda_path;
 mod operations;
 mod parking;
@@ -25,3 +26,4 @@ mod payments_api;
 mod relay;
 mod retention;
 mod sample_events;
+mod warm_instances;

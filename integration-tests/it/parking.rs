@@ -5,14 +5,16 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use integration_tests::generate::{
+    business_stream, deliveries, early_delivery, fee, open, pay, reverse,
+};
 use integration_tests::servicing::{Servicing, sqs_message};
 use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, BatchCounts, MessageResult};
-use std::collections::BTreeMap;
 
 use integration_tests::faults::{Fault, FaultPlan};
-use servicing_domain::{Ledger, ServicingEvent};
+use servicing_domain::Ledger;
 
 on_both_engines!(
     when_dependent_facts_arrive_early_in_any_batch_cut_should_reach_the_in_order_ledger_state,
@@ -26,165 +28,6 @@ on_both_engines!(
 
 /// Cases of the ordering property per engine.
 const CASES: u64 = 120;
-
-fn fact(account: &str, id: &str, kind: &str, day: u32, extra: Value) -> Value {
-    let mut v = json!({"sourceSystem": "psp", "sourceEventId": id, "eventType": kind,
-        "accountId": account, "eventTime": format!("2026-09-{day:02}T10:00:00Z")});
-    if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
-        v.extend(extra);
-    }
-    v
-}
-
-fn open(account: &str) -> Value {
-    fact(
-        account,
-        &format!("open-{account}"),
-        "LOAN_OPENED",
-        1,
-        json!({"principalMinor": 100_000, "currency": "EUR", "creditLimitMinor": 200_000}),
-    )
-}
-
-fn pay(account: &str, id: &str, day: u32, amount: i64) -> Value {
-    fact(
-        account,
-        id,
-        "PAYMENT_SETTLED",
-        day,
-        json!({"amountMinor": amount, "currency": "EUR"}),
-    )
-}
-
-fn reverse(account: &str, id: &str, of: &str, day: u32, amount: i64) -> Value {
-    fact(
-        account,
-        id,
-        "PAYMENT_REVERSED",
-        day,
-        json!({"amountMinor": amount, "currency": "EUR",
-        "reversalOf": {"sourceSystem": "psp", "sourceEventId": of}}),
-    )
-}
-
-fn fee(account: &str, id: &str, day: u32, amount: i64) -> Value {
-    fact(
-        account,
-        id,
-        "FEE_ASSESSED",
-        day,
-        json!({"amountMinor": amount, "currency": "EUR", "feeType": "LATE_FEE"}),
-    )
-}
-
-/// One account's facts in business order; reversal blocks (one or two reversals of a payment)
-/// follow their payment directly.
-fn business_stream(rng: &mut Rng, account: &str) -> (Vec<Value>, Vec<(usize, usize)>) {
-    let mut facts = vec![open(account)];
-    let mut blocks = Vec::new();
-    let (mut day, mut installment, mut limit_seq) = (2, 0, 0);
-    for n in 0..4 + rng.below(8) {
-        day += 1;
-        let id = |what: &str| format!("{what}-{account}-{n}");
-        match rng.below(6) {
-            0 => {
-                installment += 1;
-                facts.push(fact(account, &id("due"), "INSTALLMENT_DUE", day, json!({
-                    "installmentNo": installment, "dueDate": format!("2026-09-{day:02}"),
-                    "principalMinor": 2_000 + rng.below(3_000) as i64, "interestMinor": rng.below(900) as i64})));
-            }
-            1 => facts.push(fact(
-                account,
-                &id("int"),
-                "INTEREST_ACCRUED",
-                day,
-                json!({"amountMinor": 100 + rng.below(900) as i64, "currency": "EUR"}),
-            )),
-            2 => facts.push(fee(account, &id("fee"), day, 500 + rng.below(2_000) as i64)),
-            3 => {
-                // A limit change, sometimes a stale replay of an older sequence.
-                let sequence = if rng.below(3) == 0 && limit_seq > 0 {
-                    limit_seq
-                } else {
-                    limit_seq + 1
-                };
-                limit_seq = limit_seq.max(sequence);
-                facts.push(fact(account, &id("lim"), "CREDIT_LIMIT_SET", day, json!({
-                    "creditLimitMinor": 100_000 + rng.below(100_000) as i64, "currency": "EUR", "sequence": sequence})));
-            }
-            _ => {
-                let amount = 500 + rng.below(20_000) as i64;
-                let payment = id("pay");
-                facts.push(pay(account, &payment, day, amount));
-                if rng.below(2) == 0 {
-                    let start = facts.len();
-                    // Later the same day: business time orders reports of one day.
-                    let mut r = reverse(account, &id("rev"), &payment, day, amount);
-                    r["eventTime"] = json!(format!("2026-09-{day:02}T11:00:00Z"));
-                    facts.push(r);
-                    if rng.below(3) == 0 {
-                        // A chargeback of the same payment: a second, different reversal.
-                        let mut c = reverse(account, &id("chb"), &payment, day, amount);
-                        c["eventTime"] = json!(format!("2026-09-{day:02}T12:00:00Z"));
-                        facts.push(c);
-                    }
-                    blocks.push((start, facts.len()));
-                }
-            }
-        }
-    }
-    (facts, blocks)
-}
-
-/// The account's delivery: its opening delayed behind some of its facts, and each reversal
-/// block moved earlier (keeping its own order) — the facts that wait for another arrive early,
-/// everything else keeps its relative order.
-fn early_delivery(rng: &mut Rng, facts: &[Value], blocks: &[(usize, usize)]) -> Vec<Value> {
-    let mut order: Vec<usize> = (0..facts.len()).collect();
-    let delay = rng.below(4).min(facts.len() - 1);
-    order.remove(0);
-    order.insert(delay, 0);
-    for &(start, end) in blocks {
-        let at = order.iter().position(|&i| i == start).unwrap_or(0);
-        let block: Vec<usize> = order.drain(at..at + (end - start)).collect();
-        let to = at.saturating_sub(rng.below(6));
-        for (k, i) in block.into_iter().enumerate() {
-            order.insert(to + k, i);
-        }
-    }
-    order.into_iter().map(|i| facts[i].clone()).collect()
-}
-
-/// Every account's facts in the order the queue hands them out: FIFO keeps an account's
-/// messages together (`MessageGroupId = accountId`), a standard queue mixes accounts; both keep
-/// each account's order. Random duplicates (some re-serialised) follow their original.
-fn deliveries(rng: &mut Rng, per_account: Vec<Vec<Value>>, fifo: bool) -> Vec<String> {
-    let mut queues: Vec<std::collections::VecDeque<Value>> =
-        per_account.into_iter().map(Into::into).collect();
-    let mut out: Vec<String> = Vec::new();
-    while queues.iter().any(|q| !q.is_empty()) {
-        let live: Vec<usize> = (0..queues.len())
-            .filter(|&i| !queues[i].is_empty())
-            .collect();
-        let pick = live[rng.below(live.len())];
-        let take = if fifo { 1 + rng.below(6) } else { 1 };
-        for _ in 0..take {
-            if let Some(v) = queues[pick].pop_front() {
-                out.push(v.to_string());
-            }
-        }
-    }
-    for c in 0..rng.below(out.len() / 3 + 1) {
-        let line = rng.below(out.len());
-        let at = line + 1 + rng.below(out.len() - line);
-        let mut copy: Value = serde_json::from_str(&out[line]).expect("json");
-        if rng.below(2) == 0 {
-            copy["eventId"] = json!(format!("transport-{c}"));
-        }
-        out.insert(at, copy.to_string());
-    }
-    out
-}
 
 /// Delivers `bodies` in random batch cuts to one handler; before some batches the next commit
 /// loses its response (it commits, the handler cannot know): the failed messages come back at
@@ -306,52 +149,12 @@ async fn when_dependent_facts_arrive_early_in_any_batch_cut_should_reach_the_in_
             }
             // With lost responses some facts were applied by a commit nobody heard of (their
             // redeliveries count as duplicates): the claims tell what was judged, once each.
-            let mut verdicts: BTreeMap<String, u64> = BTreeMap::new();
-            let mut seen = std::collections::HashSet::new();
-            for body in &bodies {
-                let event = ServicingEvent::decode(body.as_bytes()).expect("valid");
-                if !seen.insert(event.source.clone()) {
-                    continue;
-                }
-                let claim = servicing_ops::account_state_claim(
-                    &servicing.client,
-                    &servicing.table,
-                    &event.source,
-                )
-                .await
-                .expect("claim read")
-                .unwrap_or_else(|| panic!("{context}: {} has no claim", event.source));
-                let verdict = claim.verdict;
-                *verdicts.entry(verdict).or_default() += 1;
-            }
-            let verdict = |v: &str| verdicts.get(v).copied().unwrap_or_default();
-            assert_eq!(
-                (verdict("APPLIED"), verdict("STALE"), verdict("PARKED")),
-                (want.applied, want.stale, 0),
-                "{context}: claims {verdicts:?}"
-            );
-            let report = ledger.report();
-            for (account, expected) in accounts
-                .iter()
-                .zip(report["accounts"].as_array().expect("accounts"))
-            {
-                let stored = servicing.account_report(account).await;
-                assert_eq!(&stored, expected, "{context}: account {account}");
-                let mut want: Vec<Value> = ledger
-                    .outbox()
-                    .iter()
-                    .filter(|e| e.account_id.as_str() == account)
-                    .map(|e| e.detail())
-                    .collect();
-                let mut got = servicing.outbox(account).await;
-                let by_id = |v: &Value| v["eventId"].as_str().unwrap_or_default().to_owned();
-                want.sort_by_key(by_id);
-                got.sort_by_key(by_id);
-                assert_eq!(got, want, "{context}: outbox of {account}");
-            }
-            let store = servicing.store("account-state");
-            let parked = servicing_ops::parked::list(&store).await.expect("list");
-            assert!(parked.is_empty(), "{context}: still parked {parked:?}");
+            servicing
+                .assert_claims_match(&ledger, &bodies, &context)
+                .await;
+            servicing
+                .assert_accounts_match(&ledger, &accounts, &context)
+                .await;
             servicing.drop_table().await;
         }
     });
@@ -623,19 +426,22 @@ async fn when_a_fact_stays_parked_past_the_retention_should_be_quarantined_and_r
         .map(|q| q.reason.as_str())
         .unwrap_or_default();
     assert!(reason.contains("payment psp:pay-never"), "{reason}");
-    let shells: Vec<_> = servicing
-        .items_of_type("LOAN")
+    // The item that only held the parked fee stays, empty, as a tombstone of its version: a
+    // new item at version 1 could be overwritten by an instance that cached the old one.
+    let shell = store
+        .load(
+            &servicing_domain::AccountId::parse("acc_never_opened").expect("id"),
+            &[],
+        )
         .await
-        .into_iter()
-        .filter(|item| {
-            servicing_store::items::string(item, servicing_store::items::ACCOUNT_ID)
-                == Some("acc_never_opened")
-        })
-        .collect();
+        .expect("load")
+        .loan
+        .expect("the tombstone");
     assert!(
-        shells.is_empty(),
-        "the item that only held the parked fee is gone"
+        shell.account.is_none() && shell.parked.is_empty(),
+        "{shell:?}"
     );
+    assert_eq!(shell.version, 2, "parked, then expired");
     // Their claims are released: a resend after the payment arrived applies.
     let results = process(
         &servicing.handler(),

@@ -1,7 +1,9 @@
-//! Faults no local engine produces on demand — throttling, `TransactionConflict`, a request
-//! refused as such, a lost response, a panic — injected from the tests' side, under the SDK: an
-//! HTTP connector that wraps the real one and consults a queue on each request (the commits,
-//! `TransactWriteItems`, for all but a panic, which takes whatever request comes next).
+//! Faults no local engine produces on demand — throttling, a 5xx, `TransactionConflict`, a
+//! request refused as such, a lost response, a panic — injected from the tests' side, under the
+//! SDK: an HTTP connector that wraps the real one and consults the plan on each request. Queued
+//! faults take the next commit (`TransactWriteItems`; a panic takes whatever request comes
+//! next); a fault armed with [`FaultPlan::at_request`] takes the Nth request of any kind, so a
+//! sweep can fault every request of a run in turn.
 //! Production code has no seam: the store under test is the one that ships, over a client
 //! whose HTTP layer misbehaves on cue.
 
@@ -35,27 +37,62 @@ pub enum Fault {
     /// Not sent; answered `ValidationException`, as a request DynamoDB refuses as such (a
     /// transaction over 4 MB) would be.
     Invalid,
+    /// Not sent; answered HTTP 500 `InternalServerError`, once the SDK's retries are spent.
+    ServerError,
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct FaultPlan(Arc<Mutex<VecDeque<Fault>>>);
+pub struct FaultPlan(Arc<Mutex<PlanState>>);
+
+#[derive(Debug, Default)]
+struct PlanState {
+    queued: VecDeque<Fault>,
+    /// `(n, fault)`: the request numbered `n` (counting every request from 0) takes `fault`.
+    armed: Vec<(u64, Fault)>,
+    requests: u64,
+}
 
 impl FaultPlan {
     pub fn push(&self, fault: Fault) {
-        self.0.lock().expect("plan").push_back(fault);
+        self.state().queued.push_back(fault);
     }
 
     pub fn pending(&self) -> usize {
-        self.0.lock().expect("plan").len()
+        let state = self.state();
+        state.queued.len() + state.armed.len()
     }
 
-    /// The fault this request takes: the next one, if it applies to a commit (`commit`) or is a
-    /// panic.
+    /// Arms `fault` for the `n`th request from now (0: the next one), whatever its kind (several
+    /// may be armed).
+    pub fn at_request(&self, n: u64, fault: Fault) {
+        let mut state = self.state();
+        let at = state.requests + n;
+        state.armed.push((at, fault));
+    }
+
+    /// Requests seen so far (faulted ones included).
+    pub fn requests(&self) -> u64 {
+        self.state().requests
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, PlanState> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The fault this request takes: the armed one when its number comes, else the next queued
+    /// one if it applies to a commit (`commit`) or is a panic.
     fn next_for(&self, commit: bool) -> Option<Fault> {
-        let mut queue = self.0.lock().expect("plan");
-        match queue.front() {
-            Some(Fault::Panic) => queue.pop_front(),
-            Some(_) if commit => queue.pop_front(),
+        let mut state = self.state();
+        let number = state.requests;
+        state.requests += 1;
+        if let Some(i) = state.armed.iter().position(|(at, _)| *at == number) {
+            return Some(state.armed.swap_remove(i).1);
+        }
+        match state.queued.front() {
+            Some(Fault::Panic) => state.queued.pop_front(),
+            Some(_) if commit => state.queued.pop_front(),
             _ => None,
         }
     }
@@ -106,8 +143,12 @@ struct FaultyConnector {
     plan: FaultPlan,
 }
 
-/// A DynamoDB error answer (awsJson 1.0).
+/// A DynamoDB error answer (awsJson 1.0), status 400.
 fn answer(kind: &str, extra: Value) -> Response<SdkBody> {
+    answer_with(400, kind, extra)
+}
+
+fn answer_with(status: u16, kind: &str, extra: Value) -> Response<SdkBody> {
     let mut body = json!({
         "__type": format!("com.amazonaws.dynamodb.v20120810#{kind}"),
         "message": "injected",
@@ -116,7 +157,7 @@ fn answer(kind: &str, extra: Value) -> Response<SdkBody> {
         body.extend(extra.clone());
     }
     let mut response = Response::new(
-        StatusCode::try_from(400).expect("status"),
+        StatusCode::try_from(status).expect("status"),
         SdkBody::from(body.to_string()),
     );
     response
@@ -135,6 +176,9 @@ impl HttpConnector for FaultyConnector {
             None => self.inner.call(request),
             Some(Fault::Throttle) => {
                 HttpConnectorFuture::ready(Ok(answer("ThrottlingException", json!({}))))
+            }
+            Some(Fault::ServerError) => {
+                HttpConnectorFuture::ready(Ok(answer_with(500, "InternalServerError", json!({}))))
             }
             Some(Fault::Invalid) => {
                 HttpConnectorFuture::ready(Ok(answer("ValidationException", json!({}))))

@@ -68,6 +68,7 @@ pub fn unique_name(prefix: &str) -> String {
 
 pub mod api_gateway;
 pub mod faults;
+pub mod generate;
 pub mod lambda;
 pub mod routing;
 pub mod servicing;
@@ -84,5 +85,19 @@ impl Rng {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         (self.0 % bound.max(1) as u64) as usize
+    }
+}
+
+/// Appends a figure line (how many cases a property or sweep ran) to `target/test-figures.txt`,
+/// which the test command prints at the end: passing tests' output is captured otherwise.
+pub fn record_figure(line: &str) {
+    use std::io::Write;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/test-figures.txt");
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{line}");
     }
 }

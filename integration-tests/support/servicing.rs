@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::{
 };
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, Config};
-use servicing_domain::{AccountId, LoanAccount, StoredAllocation};
+use servicing_domain::{AccountId, Ledger, LoanAccount, ServicingEvent, StoredAllocation};
 use servicing_store::schema::{self, ClaimRecord, OutboxRecord, QuarantineRecord};
 use servicing_store::{ServicingStore, StoreConfig};
 
@@ -293,6 +293,85 @@ impl Servicing {
 
     pub async fn outbox_records(&self) -> Vec<OutboxRecord> {
         self.records(OutboxRecord::ITEM_TYPE).await
+    }
+}
+
+impl Servicing {
+    /// The stored state of `accounts` equals the ledger's, account by account: balances,
+    /// allocations and delinquency history, the outbox events, and nothing left parked on them
+    /// (nor waiting, ready, for a release that never came).
+    pub async fn assert_accounts_match(&self, ledger: &Ledger, accounts: &[String], context: &str) {
+        let report = ledger.report();
+        let expected: BTreeMap<&str, &Value> = report["accounts"]
+            .as_array()
+            .expect("accounts")
+            .iter()
+            .map(|a| (a["accountId"].as_str().unwrap_or_default(), a))
+            .collect();
+        let store = self.store("account-state");
+        for account in accounts {
+            let id = AccountId::parse(account).expect("account id");
+            let stored = servicing_ops::report::account_report(&store, &id)
+                .await
+                .expect("report");
+            assert_eq!(
+                stored.as_ref(),
+                expected.get(account.as_str()).copied(),
+                "{context}: account {account}"
+            );
+            let mut want: Vec<Value> = ledger
+                .outbox()
+                .iter()
+                .filter(|e| e.account_id.as_str() == account)
+                .map(|e| e.detail())
+                .collect();
+            let mut got = self.outbox(account).await;
+            let by_id = |v: &Value| v["eventId"].as_str().unwrap_or_default().to_owned();
+            want.sort_by_key(by_id);
+            got.sort_by_key(by_id);
+            assert_eq!(got, want, "{context}: outbox of {account}");
+            let mut want_parked: Vec<String> = ledger
+                .parked()
+                .filter(|(a, _)| a.as_str() == account)
+                .map(|(_, f)| f.source.to_string())
+                .collect();
+            let mut parked: Vec<String> = store
+                .load(&id, &[])
+                .await
+                .expect("load")
+                .loan
+                .map(|l| l.parked.iter().map(|f| f.source.to_string()).collect())
+                .unwrap_or_default();
+            want_parked.sort();
+            parked.sort();
+            assert_eq!(parked, want_parked, "{context}: parked on {account}");
+        }
+    }
+
+    /// Every distinct fact of `bodies` has exactly one claim, and the claims' verdicts add up
+    /// to the ledger's counts (nothing left `PARKED`).
+    pub async fn assert_claims_match(&self, ledger: &Ledger, bodies: &[String], context: &str) {
+        let want = ledger.counts();
+        let mut verdicts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut seen = std::collections::HashSet::new();
+        for body in bodies {
+            let event = ServicingEvent::decode(body.as_bytes()).expect("valid");
+            if !seen.insert(event.source.clone()) {
+                continue;
+            }
+            let claim =
+                servicing_ops::account_state_claim(&self.client, &self.table, &event.source)
+                    .await
+                    .expect("claim read")
+                    .unwrap_or_else(|| panic!("{context}: {} has no claim", event.source));
+            *verdicts.entry(claim.verdict).or_default() += 1;
+        }
+        let verdict = |v: &str| verdicts.get(v).copied().unwrap_or_default();
+        assert_eq!(
+            (verdict("APPLIED"), verdict("STALE"), verdict("PARKED")),
+            (want.applied, want.stale, 0),
+            "{context}: claims {verdicts:?}"
+        );
     }
 }
 

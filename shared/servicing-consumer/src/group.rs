@@ -12,8 +12,8 @@
 use std::collections::HashSet;
 
 use servicing_domain::{
-    AccountId, AllocationWrite, Applied, Arrival, Deferral, Fingerprint, Outcome, ParkedFact,
-    Rejection, ServicingEvent, SourceRef, apply,
+    AccountId, AllocationWrite, Applied, Arrival, Deferral, EventKind, Fingerprint, Outcome,
+    ParkedFact, Rejection, ServicingEvent, SourceRef, apply,
 };
 use servicing_store::{
     Effect, LoanItem, LoanWrite, QuarantineEntry, RecentFacts, Snapshot, Target, UnitOfWork,
@@ -194,10 +194,11 @@ impl Group {
                     None => unreachable!("an undecodable parked fact is rejected above"),
                 },
             };
-            // A payment this group writes is judged by the next group, on the committed state.
+            // A payment this group writes — or any fact it applies, which a reversal may name —
+            // is judged by the next group, on the committed state.
             if event
                 .reversal_target()
-                .is_some_and(|payment| plan.allocations.contains(payment))
+                .is_some_and(|t| plan.allocations.contains(t) || plan.facts.contains(t))
             {
                 group.stop = Stop::Full;
                 break;
@@ -245,6 +246,19 @@ impl Group {
             group.next = Some(plan.loan);
         }
         group
+    }
+
+    /// The group's only member, when it is a released parked fact.
+    pub fn sole_released(&self) -> Option<&Released> {
+        match self.members.as_slice() {
+            [
+                Member {
+                    subject: Subject::Released(released),
+                    ..
+                },
+            ] => Some(released),
+            _ => None,
+        }
     }
 
     /// The loan item's part in the group's transaction.
@@ -318,6 +332,19 @@ impl Group {
     pub fn committed(self, pending: &[Pending<'_>], snapshot: &mut Snapshot) -> Vec<Answer> {
         let mut results = Vec::with_capacity(self.members.len());
         for member in self.members {
+            // A reversal read this fact as not applied: once applied as anything but a
+            // payment, it is a target no reversal may take.
+            let applied = match (&member.subject, &member.judged) {
+                (Subject::Pending(i), Judged::Apply(_)) => Some(&pending[*i].event),
+                (Subject::Released(r), Judged::Apply(_)) => r.event.as_ref(),
+                _ => None,
+            };
+            if let Some(event) =
+                applied.filter(|e| !matches!(e.kind, EventKind::PaymentSettled { .. }))
+                && let Some(target) = snapshot.targets.get_mut(&event.source)
+            {
+                *target = Target::NotAPayment(event.kind.wire_name().to_owned());
+            }
             let result = match member.judged {
                 Judged::Apply(applied) => {
                     match applied.allocation {
@@ -503,6 +530,21 @@ impl Plan {
         self.changed = true;
         self.loan.version += 1;
     }
+}
+
+/// Whether an unsettled pending event is a fact `snapshot` holds parked.
+pub(crate) fn holds_parked(
+    pending: &[Pending<'_>],
+    settled: &[Option<MessageResult>],
+    snapshot: &Snapshot,
+) -> bool {
+    let Some(loan) = &snapshot.loan else {
+        return false;
+    };
+    pending
+        .iter()
+        .zip(settled)
+        .any(|(p, s)| s.is_none() && loan.parked.find(&p.event.source).is_some())
 }
 
 /// Settled without a request from the state already read: duplicates of facts the loan lists as

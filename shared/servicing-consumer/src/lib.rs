@@ -29,6 +29,9 @@ pub use metrics::BatchCounts;
 pub use servicing_settings::FromSettings;
 pub use servicing_store::MAX_TRANSACTION_ITEMS;
 
+/// The quarantine code of a fact whose request DynamoDB refused as such.
+const STORE_REJECTED: &str = "store_rejected";
+
 /// What became of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageResult {
@@ -234,6 +237,7 @@ impl AccountStateHandler {
                 .collect(),
             // A warm cached state saves the read; reversals always read (their payments).
             snapshot: None,
+            confirmed: false,
             max_units: usize::MAX,
             released: Vec::new(),
         };
@@ -257,15 +261,29 @@ impl AccountStateHandler {
             let answer = self.settle_next_group(account, rest, &mut work).await;
             results.extend(answer.settled);
             if let Some(at) = answer.failed_at {
-                // SQS must redeliver the account's later events after the failed one, in order.
-                let reason = match rest.get(at) {
-                    Some(first) => format!(
-                        "an earlier event of this account failed ({})",
-                        first.message_id
-                    ),
-                    None => "a parked fact of this account failed".to_owned(),
-                };
-                results.resize(pending.len(), MessageResult::Retry { reason });
+                match rest.get(at) {
+                    // SQS must redeliver the account's later events after the failed one, in
+                    // order.
+                    Some(first) => {
+                        let reason = format!(
+                            "an earlier event of this account failed ({})",
+                            first.message_id
+                        );
+                        results.resize(pending.len(), MessageResult::Retry { reason });
+                    }
+                    // Every event is settled but a released fact's commit failed: nothing would
+                    // bring it back (the account may get no later message), so the account's
+                    // last event is redelivered. Its redelivery is a duplicate, and the state
+                    // read for it releases the ready fact again.
+                    None => {
+                        if let Some(last) = results.last_mut() {
+                            *last = MessageResult::Retry {
+                                reason: "a parked fact this batch released failed to commit"
+                                    .to_owned(),
+                            };
+                        }
+                    }
+                }
                 break;
             }
         }
@@ -304,12 +322,25 @@ impl AccountStateHandler {
         loop {
             // The state (and the reversals' payments): read once per batch unless a refusal or a
             // failure made it stale; a warm cache may have it already.
+            if !work.confirmed
+                && work
+                    .snapshot
+                    .as_ref()
+                    .is_some_and(|cached| group::holds_parked(pending, &settling.settled, cached))
+            {
+                // A cached parked fact may have been taken off since (expired by the
+                // reconciler, its claim released for a resend): only the store can say.
+                work.snapshot = None;
+            }
             let snap = match &mut work.snapshot {
                 Some(snap) => snap,
                 None => {
                     let targets: Vec<&SourceRef> = work.targets.iter().collect();
                     match self.store.load(account, &targets).await {
-                        Ok(loaded) => work.snapshot.insert(loaded),
+                        Ok(loaded) => {
+                            work.confirmed = true;
+                            work.snapshot.insert(loaded)
+                        }
                         Err(e) => return self.failed_at(pending, &mut settling.settled, e).await,
                     }
                 }
@@ -370,6 +401,26 @@ impl AccountStateHandler {
                 }
                 // Nothing was written: the same facts again, one per transaction.
                 Err(StoreError::Rejected(_)) if group.members.len() > 1 => work.max_units = 1,
+                // A released fact DynamoDB refuses on its own (e.g. the item it would grow is
+                // over the size limit) is quarantined itself — off the loan item, its claim
+                // released for a resend — never the event that happens to come next.
+                Err(StoreError::Rejected(reason)) if group.sole_released().is_some() => {
+                    let outcome = match (group.sole_released(), &snap.loan) {
+                        (Some(released), Some(loan)) => {
+                            let reason = format!("DynamoDB refused the request: {reason}");
+                            self.quarantine_released(loan, &released.fact, reason).await
+                        }
+                        _ => Ok(false),
+                    };
+                    work.snapshot = None;
+                    match outcome {
+                        Ok(true) => work.released.push(MessageResult::Quarantined {
+                            code: STORE_REJECTED.to_owned(),
+                        }),
+                        Ok(false) => {}
+                        Err(e) => return self.failed_at(pending, &mut settling.settled, e).await,
+                    }
+                }
                 Err(e) => {
                     // The commit may or may not have happened (e.g. a lost response).
                     work.snapshot = None;
@@ -487,6 +538,25 @@ impl AccountStateHandler {
         }
     }
 
+    /// Takes a released fact DynamoDB refused off the loan item into quarantine (`Ok(false)`:
+    /// the loan item moved meanwhile).
+    async fn quarantine_released(
+        &self,
+        loan: &servicing_store::LoanItem,
+        fact: &servicing_domain::ParkedFact,
+        reason: String,
+    ) -> Result<bool, StoreError> {
+        tracing::error!(source = %fact.source, "DynamoDB refused a released fact; quarantined");
+        let expired = servicing_store::ExpiredFact {
+            fact,
+            code: STORE_REJECTED,
+            reason,
+        };
+        self.store
+            .expire_parked(loan, std::slice::from_ref(&expired))
+            .await
+    }
+
     async fn collision(&self, p: &Pending<'_>, stored: &Fingerprint) -> MessageResult {
         tracing::error!(
             alert = "collision",
@@ -545,7 +615,7 @@ impl AccountStateHandler {
             StoreError::Rejected(reason) => {
                 tracing::error!(error = %reason, "DynamoDB refused the request");
                 let reason = format!("DynamoDB refused the request: {reason}");
-                let entry = p.quarantine_entry("store_rejected", &reason);
+                let entry = p.quarantine_entry(STORE_REJECTED, &reason);
                 self.quarantine(&entry).await
             }
             other => {
@@ -619,6 +689,10 @@ struct AccountWork {
     /// The payments its reversals refer to (read with the account).
     targets: Vec<SourceRef>,
     snapshot: Option<Snapshot>,
+    /// The snapshot was read from the store in this invocation (not a warm cache's hint).
+    /// A cached state may answer a fact it lists as recently applied — an applied fact stays
+    /// applied — but never one it holds parked.
+    confirmed: bool,
     /// Facts per transaction; 1 for the rest of the batch once DynamoDB refused a group's
     /// request as such (too large, invalid), so one bad item cannot take the others with it.
     max_units: usize,

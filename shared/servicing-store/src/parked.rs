@@ -21,7 +21,7 @@ pub struct ExpiredFact<'a> {
 impl ServicingStore {
     /// Takes parked facts off an account for good (the reconciler: waited past the park
     /// retention, or a reversal whose payment was applied on another account), in ONE
-    /// transaction per loan item: the loan item without them (deleted when it only held them),
+    /// transaction per loan item: the loan item without them (its version raised, never deleted),
     /// their `PARKED` claims deleted — so a resend can still apply — and a quarantine item each
     /// with its raw body. `Ok(false)` when the loan item moved meanwhile (read it again).
     pub async fn expire_parked(
@@ -35,21 +35,13 @@ impl ServicingStore {
             next.parked.remove(&fact.fact.source);
         }
         next.version += 1;
-        let expected = version_condition(Some(loan.version));
-        let loan_write = if next.account.is_none() && next.parked.is_empty() {
-            let (condition, names, values) = expected;
-            let delete = Delete::builder()
-                .table_name(&self.config.table)
-                .set_key(Some(items::key_item(items::loan_key(&loan.account_id))))
-                .condition_expression(condition)
-                .set_expression_attribute_names(names)
-                .set_expression_attribute_values(values)
-                .build()
-                .map_err(invalid_request)?;
-            TransactWriteItem::builder().delete(delete).build()
-        } else {
-            self.put(items::loan_item(&next)?, Some(expected))?
-        };
+        // Kept even when it holds nothing any more (a tombstone carrying the version): a new
+        // item would start again at version 1, and a warm instance holding the old version 1
+        // would pass its version check and overwrite it.
+        let loan_write = self.put(
+            items::loan_item(&next)?,
+            Some(version_condition(Some(loan.version))),
+        )?;
         let mut request = self
             .client
             .transact_write_items()
