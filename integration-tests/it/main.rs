@@ -23,6 +23,7 @@ mod lambda_path;
 mod operations;
 mod parking;
 mod payments_api;
+mod reconciler;
 mod relay;
 mod retention;
 mod sample_events;

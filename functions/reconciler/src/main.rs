@@ -1,5 +1,5 @@
 //! reconciler Lambda (EventBridge schedule): wiring only. The run — expire the parked facts
-//! that will not apply, reconcile the last window of account-state, emit the metrics that
+//! that will not apply, send back the ones left ready, reconcile the last window of account-state, emit the metrics that
 //! alarm — is `servicing_ops::reconciler`.
 
 // The scan futures nest the SDK futures deeply; the default limit is too low for their layout.
@@ -15,12 +15,13 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
 
     let config = Config::from_env()?;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&aws_setup::load().await);
-    let store = ServicingStore::new(dynamodb, config.store_config());
-    let (config, store) = (&config, &store);
+    let sdk = aws_setup::load().await;
+    let store = ServicingStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.store_config());
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let (config, store, sqs) = (&config, &store, &sqs);
 
     lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move {
-        run(config, store).await.map_err(Error::from)
+        run(config, store, sqs).await.map_err(Error::from)
     }))
     .await
 }

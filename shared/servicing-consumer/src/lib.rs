@@ -417,7 +417,15 @@ impl AccountStateHandler {
                         Ok(true) => work.released.push(MessageResult::Quarantined {
                             code: STORE_REJECTED.to_owned(),
                         }),
-                        Ok(false) => {}
+                        Ok(false) if settling.conflicts + 1 < self.config.max_commit_attempts => {
+                            settling.conflicts += 1;
+                        }
+                        Ok(false) => {
+                            let e = StoreError::Transient(
+                                "a refused released fact could not be taken off its account".into(),
+                            );
+                            return self.failed_at(pending, &mut settling.settled, e).await;
+                        }
                         Err(e) => return self.failed_at(pending, &mut settling.settled, e).await,
                     }
                 }
@@ -539,7 +547,8 @@ impl AccountStateHandler {
     }
 
     /// Takes a released fact DynamoDB refused off the loan item into quarantine (`Ok(false)`:
-    /// the loan item moved meanwhile).
+    /// the loan item moved meanwhile, or its claim is not `PARKED`: judged again after a
+    /// re-read).
     async fn quarantine_released(
         &self,
         loan: &servicing_store::LoanItem,
@@ -552,9 +561,11 @@ impl AccountStateHandler {
             code: STORE_REJECTED,
             reason,
         };
-        self.store
+        let outcome = self
+            .store
             .expire_parked(loan, std::slice::from_ref(&expired))
-            .await
+            .await?;
+        Ok(outcome == servicing_store::ExpiryOutcome::Expired)
     }
 
     async fn collision(&self, p: &Pending<'_>, stored: &Fingerprint) -> MessageResult {

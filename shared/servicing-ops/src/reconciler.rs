@@ -8,6 +8,8 @@ pub use servicing_settings::FromSettings;
 use servicing_settings::{ConfigError, Settings};
 use servicing_store::{ServicingStore, StoreConfig};
 
+use crate::parked::ParkedView;
+
 /// The consumer whose facts it reconciles (and whose parked facts it expires).
 const RECONCILED: &str = "account-state";
 
@@ -19,6 +21,12 @@ pub struct Config {
     pub window_hours: u64,
     /// How long a fact may stay parked (`PARK_RETENTION_DAYS`, 1..=365, default 7).
     pub park_retention: Duration,
+    /// account-state's claim retention (`CLAIM_RETENTION_DAYS`, default 35): what the
+    /// quarantine items it writes record for a later redrive.
+    pub claim_retention: Duration,
+    /// The FIFO servicing queue (`SERVICING_QUEUE_URL`, required): a parked fact left ready is
+    /// sent back to its account there, and the consumer releases it.
+    pub servicing_queue_url: String,
 }
 
 impl FromSettings for Config {
@@ -27,6 +35,8 @@ impl FromSettings for Config {
             table: settings.required("TABLE_NAME")?,
             window_hours: settings.number("WINDOW_HOURS", 25, 1..=24 * 400)?,
             park_retention: settings.days("PARK_RETENTION_DAYS", 7, 1..=365)?,
+            claim_retention: settings.days("CLAIM_RETENTION_DAYS", 35, 1..=3650)?,
+            servicing_queue_url: settings.required("SERVICING_QUEUE_URL")?,
         })
     }
 }
@@ -35,35 +45,54 @@ impl Config {
     /// The store the run writes through: account-state's items (its parked facts and their
     /// quarantine).
     pub fn store_config(&self) -> StoreConfig {
-        StoreConfig::new(&self.table, RECONCILED)
+        StoreConfig {
+            claim_retention: self.claim_retention,
+            ..StoreConfig::new(&self.table, RECONCILED)
+        }
     }
 }
 
-/// A run's figures, as EMF metrics (`ReconciliationProblems` and `ParkedExpired` alarm).
+/// A run's figures, as EMF metrics (`ReconciliationProblems`, `ParkedExpired` and
+/// `ReadyNotReleased` alarm).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunCounts {
     pub reconciliation_problems: u64,
     pub reconciled_applied: u64,
     pub parked_expired: u64,
     pub still_parked: u64,
+    pub ready_not_released: u64,
 }
 
 impl RunCounts {
-    pub fn metrics(&self) -> [(&'static str, u64); 4] {
+    pub fn metrics(&self) -> [(&'static str, u64); 5] {
         [
             ("ReconciliationProblems", self.reconciliation_problems),
             ("ReconciledApplied", self.reconciled_applied),
             ("ParkedExpired", self.parked_expired),
             ("StillParked", self.still_parked),
+            ("ReadyNotReleased", self.ready_not_released),
         ]
     }
 }
 
-/// One run: expiry of parked facts, then the window's reconciliation; emits
-/// `ReconciliationProblems`, `ReconciledApplied`, `ParkedExpired` and `StillParked`, and answers
-/// what it found.
-pub async fn run(config: &Config, store: &ServicingStore) -> anyhow::Result<Value> {
-    let now = crate::epoch_seconds();
+/// One run: expiry of parked facts (account by account: one account's problem is reported
+/// and counted, the others go on), ready facts sent back to their accounts, then the window's
+/// reconciliation; emits the [`RunCounts`] and answers what it found.
+pub async fn run(
+    config: &Config,
+    store: &ServicingStore,
+    sqs: &aws_sdk_sqs::Client,
+) -> anyhow::Result<Value> {
+    run_at(config, store, sqs, crate::epoch_seconds()).await
+}
+
+/// [`run`] as of `now` (epoch seconds).
+pub async fn run_at(
+    config: &Config,
+    store: &ServicingStore,
+    sqs: &aws_sdk_sqs::Client,
+    now: i64,
+) -> anyhow::Result<Value> {
     let expiry = crate::parked::expire(store, now, config.park_retention).await?;
     if expiry.missing + expiry.mismatched > 0 {
         tracing::warn!(
@@ -72,6 +101,25 @@ pub async fn run(config: &Config, store: &ServicingStore) -> anyhow::Result<Valu
             mismatched = expiry.mismatched,
             "parked facts quarantined"
         );
+    }
+    let mut problems: Vec<String> = expiry.problems.clone();
+    // A ready fact is released by the account's next delivery: its own body again is one (a
+    // duplicate of the parked fact, whose state read releases it). Addressed by identity, so
+    // two runs in the deduplication window send it once.
+    for ready in &expiry.ready {
+        tracing::error!(
+            alert = "ready_not_released",
+            account = %ready.account,
+            source = %ready.fact.source,
+            "a parked fact stayed ready; sent back to its account"
+        );
+        let body = ready.fact.body.as_bytes().to_vec();
+        if let Err(e) = crate::replay::send(sqs, &config.servicing_queue_url, &[body]).await {
+            problems.push(format!(
+                "{}: cannot send the ready fact {} back: {e:#}",
+                ready.account, ready.fact.source
+            ));
+        }
     }
     let window_secs = config.window_hours as i64 * 3600;
     let report = crate::reconcile::reconcile(
@@ -85,18 +133,21 @@ pub async fn run(config: &Config, store: &ServicingStore) -> anyhow::Result<Valu
     for line in report.lines() {
         tracing::info!(line, "reconciliation");
     }
+    problems.extend(report.problems.iter().cloned());
     let counts = RunCounts {
-        reconciliation_problems: report.problems.len() as u64,
+        reconciliation_problems: problems.len() as u64,
         reconciled_applied: report.applied,
         parked_expired: expiry.missing + expiry.mismatched,
         still_parked: expiry.still_parked,
+        ready_not_released: expiry.ready.len() as u64,
     };
     servicing_telemetry::emit("reconciler", &counts.metrics());
     Ok(json!({
-        "holds": report.holds(),
-        "problems": report.problems,
+        "holds": report.holds() && problems.is_empty(),
+        "problems": problems,
         "parkedExpired": {"missing": expiry.missing, "mismatched": expiry.mismatched},
         "stillParked": expiry.still_parked,
+        "readyNotReleased": expiry.ready.iter().map(ParkedView::line).collect::<Vec<_>>(),
     }))
 }
 
@@ -109,6 +160,7 @@ mod tests {
         for (name, value) in [("WINDOW_HOURS", "0"), ("PARK_RETENTION_DAYS", "366")] {
             let err = Config::from_lookup(|k| match k {
                 "TABLE_NAME" => Some("t".into()),
+                "SERVICING_QUEUE_URL" => Some("q".into()),
                 k if k == name => Some(value.into()),
                 _ => None,
             })
@@ -118,7 +170,11 @@ mod tests {
                 "{err}"
             );
         }
-        let config = Config::from_lookup(|k| (k == "TABLE_NAME").then(|| "t".into())).expect("ok");
+        let config = Config::from_lookup(|k| match k {
+            "TABLE_NAME" | "SERVICING_QUEUE_URL" => Some("t".into()),
+            _ => None,
+        })
+        .expect("ok");
         assert_eq!(
             (config.window_hours, config.park_retention),
             (25, Duration::from_secs(7 * 86_400))

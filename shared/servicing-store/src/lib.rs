@@ -39,7 +39,7 @@ pub use commit::{CommitOutcome, Effect, LoanWrite, OutboxEntry, Transaction, Uni
 pub use errors::{StoreError, classify};
 pub use idempotency::{CommandOutcome, StoredResponse};
 pub use loans::{LoanItem, Snapshot, Target};
-pub use parked::ExpiredFact;
+pub use parked::{ExpiredFact, ExpiryOutcome, UndecodableLoan};
 pub use quarantine::QuarantineEntry;
 pub use recent::{RECENT_FACTS_MAX, RECENT_FACTS_WINDOW, RecentFacts};
 

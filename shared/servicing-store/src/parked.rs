@@ -10,6 +10,25 @@ use crate::errors::{classify, classify_service, invalid_request};
 use crate::items::{self, Verdict, s};
 use crate::{LoanItem, QuarantineEntry, ServicingStore, StoreError, now_epoch};
 
+/// How an expiry transaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExpiryOutcome {
+    /// Taken off: quarantined, claims released.
+    Expired,
+    /// The loan item moved meanwhile: read it again.
+    Moved,
+    /// These facts' claims are not `PARKED` (an inconsistency for an operator): nothing was
+    /// written; the others can go without them.
+    ClaimsNotParked(Vec<SourceRef>),
+}
+
+/// A loan item the parked-facts scan could not decode: its key and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndecodableLoan {
+    pub pk: String,
+    pub error: String,
+}
+
 /// A parked fact to take off its account, with the quarantine code and reason.
 #[derive(Debug, Clone)]
 pub struct ExpiredFact<'a> {
@@ -23,12 +42,12 @@ impl ServicingStore {
     /// retention, or a reversal whose payment was applied on another account), in ONE
     /// transaction per loan item: the loan item without them (its version raised, never deleted),
     /// their `PARKED` claims deleted — so a resend can still apply — and a quarantine item each
-    /// with its raw body. `Ok(false)` when the loan item moved meanwhile (read it again).
+    /// with its raw body.
     pub async fn expire_parked(
         &self,
         loan: &LoanItem,
         expired: &[ExpiredFact<'_>],
-    ) -> Result<bool, StoreError> {
+    ) -> Result<ExpiryOutcome, StoreError> {
         let (_, now_millis) = now_epoch();
         let mut next = loan.clone();
         for fact in expired {
@@ -70,7 +89,7 @@ impl ServicingStore {
                 .transact_items(self.put(self.quarantine_item(&entry, now_millis)?, None)?);
         }
         match request.send().await {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(ExpiryOutcome::Expired),
             Err(e) => match e.into_service_error() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
                     let codes: Vec<&str> = c
@@ -78,13 +97,22 @@ impl ServicingStore {
                         .iter()
                         .map(|r| r.code().unwrap_or("None"))
                         .collect();
-                    if codes.iter().all(|c| {
+                    // Items: the loan write, then per fact its claim delete and its quarantine.
+                    let refused_claims: Vec<SourceRef> = expired
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| codes.get(1 + 2 * i) == Some(&"ConditionalCheckFailed"))
+                        .map(|(_, e)| e.fact.source.clone())
+                        .collect();
+                    if !refused_claims.is_empty() {
+                        Ok(ExpiryOutcome::ClaimsNotParked(refused_claims))
+                    } else if codes.iter().all(|c| {
                         matches!(
                             *c,
                             "None" | "ConditionalCheckFailed" | "TransactionConflict"
                         )
                     }) {
-                        Ok(false)
+                        Ok(ExpiryOutcome::Moved)
                     } else {
                         Err(StoreError::Transient(format!(
                             "transaction cancelled: {codes:?}"
@@ -96,9 +124,10 @@ impl ServicingStore {
         }
     }
 
-    /// Every loan item that holds parked facts (a scan: for operators and the daily job).
-    pub async fn parked_loans(&self) -> Result<Vec<LoanItem>, StoreError> {
-        let found = self
+    /// Every loan item that holds parked facts (a scan: for operators and the daily job), each
+    /// decoded on its own: one undecodable item is reported, not a failed scan.
+    pub async fn parked_loans(&self) -> Result<Vec<Result<LoanItem, UndecodableLoan>>, StoreError> {
+        let found: Vec<items::Item> = self
             .client
             .scan()
             .table_name(&self.config.table)
@@ -112,7 +141,18 @@ impl ServicingStore {
             .try_collect()
             .await
             .map_err(classify)?;
-        found.into_iter().map(items::loan_from_item).collect()
+        Ok(found
+            .into_iter()
+            .map(|item| {
+                let pk = items::string(&item, items::PK)
+                    .unwrap_or_default()
+                    .to_owned();
+                items::loan_from_item(item).map_err(|e| UndecodableLoan {
+                    pk,
+                    error: e.to_string(),
+                })
+            })
+            .collect())
     }
 
     /// The claim `consumer`'s store holds for `source` says it was applied on another account
