@@ -201,7 +201,9 @@ def feed(queue_url: str, bodies: list[str]) -> None:
                 "Id": str(n),
                 "MessageBody": body,
                 "MessageGroupId": json.loads(body)["accountId"],
-                # Distinct per delivery: the point is to let the duplicates through.
+                # Distinct per delivery, unlike a producer's (contract, "Transport": from the
+                # identity): this harness stands for the duplicates SQS's 5-minute window does
+                # not catch (redeliveries, resends after the window), so it lets them through.
                 "MessageDeduplicationId": uuid.uuid4().hex,
             }
             for n, body in enumerate(bodies[i : i + 10])
