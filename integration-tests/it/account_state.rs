@@ -32,6 +32,7 @@ on_both_engines!(
     when_dynamodb_refuses_a_group_request_should_commit_its_events_one_by_one,
     when_accounts_share_a_transaction_should_each_keep_its_own_outcome,
     when_one_fact_arrives_for_two_accounts_should_not_share_a_transaction,
+    when_a_message_group_is_not_its_account_should_apply_it_and_count_the_producer_error,
 );
 
 fn lines(stream: &str) -> Vec<String> {
@@ -1204,5 +1205,34 @@ async fn when_the_commit_request_times_out_should_be_transient_not_refused() {
     assert!(
         matches!(outcome, Err(StoreError::Transient(_))),
         "{outcome:?}"
+    );
+}
+
+async fn when_a_message_group_is_not_its_account_should_apply_it_and_count_the_producer_error(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_wrong_group";
+    let grouped = |id: &str, body: String, group: &str| {
+        let mut message = sqs_message(id, &body, 1);
+        message
+            .attributes
+            .insert("MessageGroupId".into(), group.to_owned());
+        message
+    };
+    let report = servicing
+        .handler()
+        .process(&[
+            grouped("o", open_account(a, 10_000), a),
+            grouped("p", payment(a, "pay-1", 500), "acc_someone_else"),
+        ])
+        .await;
+    let results: Vec<&MessageResult> = report.results.iter().map(|(_, r)| r).collect();
+    assert_eq!(results, [&MessageResult::Applied, &MessageResult::Applied]);
+    assert_eq!(report.counts.group_mismatch, 1);
+    let (loan, _) = servicing.loan(a).await.expect("loan");
+    assert_eq!(
+        loan.principal_outstanding_minor, 9_500,
+        "applied by its body's account"
     );
 }

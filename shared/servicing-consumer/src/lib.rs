@@ -131,6 +131,21 @@ impl AccountStateHandler {
             let receive_count = receive_count(message);
             match ServicingEvent::decode(body.as_bytes()) {
                 Ok(event) => {
+                    if message
+                        .attributes
+                        .get("MessageGroupId")
+                        .is_some_and(|group| group != event.account_id.as_str())
+                    {
+                        // Order is kept per group: this producer's messages of one account
+                        // may be applied out of order. The body says whose fact it is.
+                        tracing::warn!(
+                            alert = "group_mismatch",
+                            account = %event.account_id,
+                            source_system = event.source.system,
+                            "producer error: MessageGroupId is not the event's accountId"
+                        );
+                        report.counts.group_mismatch += 1;
+                    }
                     let fingerprint = Fingerprint::of(&event);
                     if let Some(reason) = event.too_far_ahead(now, self.config.max_event_time_skew)
                     {

@@ -19,6 +19,9 @@ pub struct BatchCounts {
     pub retried: u64,
     /// `TransactWriteItems` requests the batch cost (shared by its accounts).
     pub transactions: u64,
+    /// Messages whose FIFO `MessageGroupId` is not their body's `accountId`: applied by the
+    /// body, counted as the producer's error (contract, "Transport").
+    pub group_mismatch: u64,
 }
 
 impl BatchCounts {
@@ -36,7 +39,7 @@ impl BatchCounts {
     }
 
     /// EMF metric names and values (namespace `LoanServicing`, dimension `Consumer`).
-    pub fn metrics(&self) -> [(&'static str, u64); 9] {
+    pub fn metrics(&self) -> [(&'static str, u64); 10] {
         [
             ("Applied", self.applied),
             ("Duplicate", self.duplicate),
@@ -47,6 +50,7 @@ impl BatchCounts {
             ("Released", self.released),
             ("Retried", self.retried),
             ("Transactions", self.transactions),
+            ("GroupMismatch", self.group_mismatch),
         ]
     }
 
