@@ -7,6 +7,7 @@
 //! waits for. A transient failure fails that account's later events in the batch too, so SQS
 //! redelivers them in order.
 
+mod account;
 mod cache;
 mod config;
 mod group;
@@ -20,11 +21,12 @@ use futures_util::{FutureExt, StreamExt};
 use servicing_domain::{
     AccountId, DecodeError, EVENT_TIME_IN_FUTURE, Fingerprint, ServicingEvent, SourceRef,
 };
-use servicing_store::{CommitOutcome, QuarantineEntry, ServicingStore, Snapshot, StoreError};
+use servicing_store::{CommitOutcome, QuarantineEntry, ServicingStore, StoreError};
 
+use account::{AccountRun, Failure, Step};
 pub use cache::StateCache;
 pub use config::{Config, ConfigError};
-use group::{Answer, Group, Stop, Subject};
+use group::Group;
 pub use metrics::BatchCounts;
 pub use servicing_settings::FromSettings;
 pub use servicing_store::MAX_TRANSACTION_ITEMS;
@@ -239,325 +241,135 @@ impl AccountStateHandler {
         }
     }
 
+    /// Runs the account's events through [`AccountRun`]: this loop performs each step's
+    /// requests and hands the answers back; the run decides what comes next and what is left
+    /// undone after a failure.
     #[tracing::instrument(skip_all, fields(account = %account, events = pending.len()))]
     async fn process_account(
         &self,
         account: &AccountId,
         pending: &[Pending<'_>],
     ) -> AccountResults {
-        let mut work = AccountWork {
-            targets: pending
-                .iter()
-                .filter_map(|p| p.event.reversal_target().cloned())
-                .collect(),
-            // A warm cached state saves the read; reversals always read (their payments).
-            snapshot: None,
-            confirmed: false,
-            max_units: usize::MAX,
-            released: Vec::new(),
-        };
-        if work.targets.is_empty() {
-            work.snapshot = self.cache.get(account).map(|loan| Snapshot {
-                loan: Some(loan),
-                targets: HashMap::new(),
-            });
-        }
-        let mut results: Vec<MessageResult> = Vec::with_capacity(pending.len());
+        let mut run = AccountRun::new(pending, self.cache.get(account));
         loop {
-            let rest = &pending[results.len()..];
-            let ready = work
-                .snapshot
-                .as_ref()
-                .and_then(|s| s.loan.as_ref())
-                .is_some_and(|l| l.parked.has_ready());
-            if rest.is_empty() && !ready {
-                break;
-            }
-            let answer = self.settle_next_group(account, rest, &mut work).await;
-            results.extend(answer.settled);
-            if let Some(at) = answer.failed_at {
-                match rest.get(at) {
-                    // SQS must redeliver the account's later events after the failed one, in
-                    // order.
-                    Some(first) => {
-                        let reason = format!(
-                            "an earlier event of this account failed ({})",
-                            first.message_id
-                        );
-                        results.resize(pending.len(), MessageResult::Retry { reason });
-                    }
-                    // Every event is settled but a released fact's commit failed: nothing would
-                    // bring it back (the account may get no later message), so the account's
-                    // last event is redelivered. Its redelivery is a duplicate, and the state
-                    // read for it releases the ready fact again.
-                    None => {
-                        if let Some(last) = results.last_mut() {
-                            *last = MessageResult::Retry {
-                                reason: "a parked fact this batch released failed to commit"
-                                    .to_owned(),
-                            };
-                        }
+            let now = servicing_store::epoch_seconds();
+            match run.next_step(now, self.config.max_transaction_items) {
+                Step::Done => break,
+                Step::Read(payments) => {
+                    let payments: Vec<&SourceRef> = payments.iter().collect();
+                    match self.store.load(account, &payments).await {
+                        Ok(snapshot) => run.read(snapshot),
+                        Err(e) => self.fail(&mut run, e).await,
                     }
                 }
-                break;
+                Step::ReadTargets(missing) => {
+                    let wanted: Vec<&SourceRef> = missing.iter().collect();
+                    let read = match run.snapshot_mut() {
+                        Some(snapshot) => self.store.load_targets(account, &wanted, snapshot).await,
+                        None => Ok(()),
+                    };
+                    match read {
+                        Ok(()) => run.targets_read(missing),
+                        Err(e) => self.fail(&mut run, e).await,
+                    }
+                }
+                Step::Known(known) => {
+                    for (index, collision) in known {
+                        let result = match collision {
+                            None => MessageResult::Duplicate,
+                            Some(stored) => self.collision(&pending[index], &stored).await,
+                        };
+                        run.settle(index, result);
+                    }
+                }
+                Step::Commit(group) => self.commit(account, &mut run, *group).await,
             }
         }
-        match work.snapshot.and_then(|s| s.loan) {
+        let finished = run.finish();
+        match finished.state {
             Some(state) => self.cache.put(state),
             None => self.cache.forget(account),
         }
         let messages = pending
             .iter()
             .map(|p| p.message_id.to_owned())
-            .zip(results)
+            .zip(finished.results)
             .collect();
         AccountResults {
             messages,
-            released: work.released,
+            released: finished.released,
         }
     }
 
-    /// Settles the account's next group: ready parked facts and a run of its next events (the
-    /// longest that fits one transaction). Claims refused in a cancelled group are settled from
-    /// that answer (a duplicate costs no extra request); the others are planned again without
-    /// them. The steps: read the state, settle what it already knows (`settle_known_facts`),
-    /// read missing reversal targets, commit, then `committed`, `refused` (re-read and retry
-    /// within the attempt budget), one fact per transaction after a request DynamoDB refused as
-    /// such, or `failed_at`.
-    async fn settle_next_group(
-        &self,
-        account: &AccountId,
-        pending: &[Pending<'_>],
-        work: &mut AccountWork,
-    ) -> GroupAnswer {
-        let mut settling = Settling {
-            settled: vec![None; pending.len()],
-            conflicts: 0,
-        };
-        loop {
-            // The state (and the reversals' payments): read once per batch unless a refusal or a
-            // failure made it stale; a warm cache may have it already.
-            if !work.confirmed
-                && work
-                    .snapshot
-                    .as_ref()
-                    .is_some_and(|cached| group::holds_parked(pending, &settling.settled, cached))
-            {
-                // A cached parked fact may have been taken off since (expired by the
-                // reconciler, its claim released for a resend): only the store can say.
-                work.snapshot = None;
-            }
-            let snap = match &mut work.snapshot {
-                Some(snap) => snap,
-                None => {
-                    let targets: Vec<&SourceRef> = work.targets.iter().collect();
-                    match self.store.load(account, &targets).await {
-                        Ok(loaded) => {
-                            work.confirmed = true;
-                            work.snapshot.insert(loaded)
-                        }
-                        Err(e) => return self.failed_at(pending, &mut settling.settled, e).await,
-                    }
-                }
-            };
-            let now = servicing_store::epoch_seconds();
-            self.settle_known_facts(pending, &mut settling.settled, snap, now)
-                .await;
-            let group = Group::plan(
-                pending,
-                &settling.settled,
-                snap,
-                self.config.max_transaction_items,
-                work.max_units,
-                now,
-            );
-            if let Stop::NeedTargets(missing) = &group.stop {
-                let wanted: Vec<&SourceRef> = missing.iter().collect();
-                if let Err(e) = self.store.load_targets(account, &wanted, snap).await {
-                    return self.failed_at(pending, &mut settling.settled, e).await;
-                }
-                work.targets.extend(missing.iter().cloned());
-                continue;
-            }
-            if group.members.is_empty() {
-                return GroupAnswer::settled(settling.settled, pending.len());
-            }
-            let units = group.units(pending);
-            let answer = self
-                .store
-                .commit_all(&units, Some(group.loan_write(account)))
-                .await;
-            drop(units);
-            match answer {
-                Ok(outcomes) if outcomes.iter().all(|o| *o == CommitOutcome::Committed) => {
-                    let full = group.stop == Stop::Full;
-                    Self::committed(
-                        group,
-                        pending,
-                        &mut settling.settled,
-                        snap,
-                        &mut work.released,
-                    );
-                    if full {
-                        // The rest goes into the next group (the ready parked facts first).
-                        let end = first_unsettled(&settling.settled).unwrap_or(pending.len());
-                        return GroupAnswer::settled(settling.settled, end);
-                    }
-                }
-                Ok(outcomes) => {
-                    match self.refused(&group, outcomes, pending, &mut settling).await {
-                        Ok(false) => {}
-                        Ok(true) => work.snapshot = None,
-                        Err(e) => {
-                            work.snapshot = None;
-                            return self.failed_at(pending, &mut settling.settled, e).await;
-                        }
-                    }
-                }
-                // Nothing was written: the same facts again, one per transaction.
-                Err(StoreError::Rejected(_)) if group.members.len() > 1 => work.max_units = 1,
-                // A released fact DynamoDB refuses on its own (e.g. the item it would grow is
-                // over the size limit) is quarantined itself — off the loan item, its claim
-                // released for a resend — never the event that happens to come next.
-                Err(StoreError::Rejected(reason)) if group.sole_released().is_some() => {
-                    let outcome = match (group.sole_released(), &snap.loan) {
-                        (Some(released), Some(loan)) => {
-                            let reason = format!("DynamoDB refused the request: {reason}");
-                            self.quarantine_released(loan, &released.fact, reason).await
-                        }
-                        _ => Ok(false),
-                    };
-                    work.snapshot = None;
-                    match outcome {
-                        Ok(true) => work.released.push(MessageResult::Quarantined {
-                            code: STORE_REJECTED.to_owned(),
-                        }),
-                        Ok(false) if settling.conflicts + 1 < self.config.max_commit_attempts => {
-                            settling.conflicts += 1;
-                        }
-                        Ok(false) => {
-                            let e = StoreError::Transient(
-                                "a refused released fact could not be taken off its account".into(),
-                            );
-                            return self.failed_at(pending, &mut settling.settled, e).await;
-                        }
-                        Err(e) => return self.failed_at(pending, &mut settling.settled, e).await,
-                    }
-                }
-                Err(e) => {
-                    // The commit may or may not have happened (e.g. a lost response).
-                    work.snapshot = None;
-                    return self.failed_at(pending, &mut settling.settled, e).await;
-                }
-            }
-        }
-    }
-
-    /// Events the state already answers: a recent or parked fact redelivered (a duplicate), or
-    /// with another payload (a collision) — no request.
-    async fn settle_known_facts(
-        &self,
-        pending: &[Pending<'_>],
-        settled: &mut [Option<MessageResult>],
-        snap: &Snapshot,
-        now: i64,
-    ) {
-        for (index, collision) in group::known_facts(pending, settled, snap, now) {
-            settled[index] = Some(match collision {
-                None => MessageResult::Duplicate,
-                Some(stored) => self.collision(&pending[index], &stored).await,
-            });
-        }
-    }
-
-    /// The group committed: its members' answers, its parked facts judged again.
-    fn committed(
-        group: Group,
-        pending: &[Pending<'_>],
-        settled: &mut [Option<MessageResult>],
-        snap: &mut Snapshot,
-        released: &mut Vec<MessageResult>,
-    ) {
-        for answer in group.committed(pending, snap) {
-            match answer {
-                Answer::Message(index, result) => settled[index] = Some(result),
-                Answer::Released(source, result) => {
-                    tracing::info!(source = %source, "parked fact judged again");
-                    released.push(result);
-                }
-            }
-        }
-    }
-
-    /// The group was cancelled: duplicates and collisions are answered from the refusal; any
-    /// other refusal means the state moved (`Ok(true)`: re-read and plan again, after a
-    /// backoff) — an error once the attempt budget is spent.
-    async fn refused(
-        &self,
-        group: &Group,
-        outcomes: Vec<CommitOutcome>,
-        pending: &[Pending<'_>],
-        settling: &mut Settling,
-    ) -> Result<bool, StoreError> {
-        let mut reread = false;
-        for (member, outcome) in group.members_with_units(pending).zip(outcomes) {
-            let index = match &member.subject {
-                Subject::Pending(index) => Some(*index),
-                Subject::Released(_) => None,
-            };
-            match (outcome, index) {
-                (CommitOutcome::Duplicate, Some(i)) => {
-                    settling.settled[i] = Some(MessageResult::Duplicate);
-                }
-                (CommitOutcome::Collision { stored }, Some(i)) => {
-                    settling.settled[i] = Some(self.collision(&pending[i], &stored).await);
-                }
-                (CommitOutcome::Withdrawn, _) => {}
-                _ => reread = true,
-            }
-        }
-        if reread {
-            settling.conflicts += 1;
-            if settling.conflicts >= self.config.max_commit_attempts {
-                return Err(StoreError::Transient(format!(
-                    "still conflicting after {} attempts",
-                    settling.conflicts
-                )));
-            }
-            tracing::info!(
-                attempt = settling.conflicts,
-                "concurrent change; re-reading"
-            );
-            tokio::time::sleep(servicing_store::backoff(
-                settling.conflicts,
-                self.config.conflict_backoff,
-            ))
+    /// Commits a group (the longest run of the account's ready parked facts and next events
+    /// that fits one transaction) and hands the answer to the run. Claims refused in a
+    /// cancelled group are settled from that answer (a duplicate costs no extra request).
+    async fn commit(&self, account: &AccountId, run: &mut AccountRun<'_, '_>, group: Group) {
+        let pending = run.pending();
+        let units = group.units(pending);
+        let answer = self
+            .store
+            .commit_all(&units, Some(group.loan_write(account)))
             .await;
+        drop(units);
+        match answer {
+            Ok(outcomes) if outcomes.iter().all(|o| *o == CommitOutcome::Committed) => {
+                run.committed(group);
+            }
+            Ok(outcomes) => match run.refused(&group, outcomes, self.config.max_commit_attempts) {
+                Ok(refused) => {
+                    for (index, stored) in refused.collisions {
+                        let result = self.collision(&pending[index], &stored).await;
+                        run.settle(index, result);
+                    }
+                    if let Some(rounds) = refused.reread_after {
+                        let wait = servicing_store::backoff(rounds, self.config.conflict_backoff);
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+                Err(e) => self.fail(run, e).await,
+            },
+            // Nothing was written: the same facts again, one per transaction.
+            Err(StoreError::Rejected(_)) if group.members.len() > 1 => run.split(),
+            // A released fact DynamoDB refuses on its own (e.g. the item it would grow is over
+            // the size limit) is quarantined itself — off the loan item, its claim released for
+            // a resend — never the event that happens to come next.
+            Err(StoreError::Rejected(reason)) if group.sole_released().is_some() => {
+                let loan = run.snapshot_mut().and_then(|s| s.loan.clone());
+                let outcome = match (group.sole_released(), loan) {
+                    (Some(released), Some(loan)) => {
+                        let reason = format!("DynamoDB refused the request: {reason}");
+                        self.quarantine_released(&loan, &released.fact, reason)
+                            .await
+                    }
+                    _ => Ok(false),
+                };
+                let lost = "a refused released fact could not be taken off its account";
+                match outcome {
+                    Ok(true) => run.released_quarantined(STORE_REJECTED),
+                    Ok(false) => {
+                        if let Err(e) = run.lost_round(self.config.max_commit_attempts, lost) {
+                            self.fail(run, e).await;
+                        }
+                    }
+                    Err(e) => self.fail(run, e).await,
+                }
+            }
+            // The commit may or may not have happened (e.g. a lost response).
+            Err(e) => self.fail(run, e).await,
         }
-        Ok(reread)
     }
 
-    /// A store failure while settling: the first unsettled event gets it (quarantined when
-    /// DynamoDB refuses it as such, else retried), and with it the run ends.
-    async fn failed_at(
-        &self,
-        pending: &[Pending<'_>],
-        settled: &mut Vec<Option<MessageResult>>,
-        error: StoreError,
-    ) -> GroupAnswer {
-        let Some(first) = first_unsettled(settled) else {
-            tracing::warn!(error = %error, "a parked fact's commit failed; it stays parked");
-            return GroupAnswer {
-                settled: settled_run(std::mem::take(settled), pending.len()),
-                failed_at: Some(pending.len()),
-            };
-        };
-        let result = self.store_failure(&pending[first], error).await;
-        let retry = matches!(result, MessageResult::Retry { .. });
-        settled[first] = Some(result);
-        GroupAnswer {
-            settled: settled_run(std::mem::take(settled), first + 1),
-            failed_at: retry.then_some(first),
+    /// A store failure: the run decides what it leaves undone; a request DynamoDB refused as
+    /// such quarantines its event (it will never succeed). Corrupt stored data needs an
+    /// operator: retried (the DLQ catches it) rather than guessed.
+    async fn fail(&self, run: &mut AccountRun<'_, '_>, error: StoreError) {
+        if let Failure::Quarantine(index, reason) = run.fail(error) {
+            tracing::error!(error = %reason, "DynamoDB refused the request");
+            let reason = format!("DynamoDB refused the request: {reason}");
+            let entry = run.pending()[index].quarantine_entry(STORE_REJECTED, &reason);
+            let result = self.quarantine(&entry).await;
+            run.quarantined(index, result);
         }
     }
 
@@ -632,26 +444,6 @@ impl AccountStateHandler {
             },
         }
     }
-
-    /// Transient store errors are retried by SQS. A request DynamoDB refuses as such (e.g. an
-    /// item over the size limit) will never succeed: quarantine it. Corrupt stored data needs
-    /// an operator: retry (and let the DLQ catch it) rather than guess.
-    async fn store_failure(&self, p: &Pending<'_>, error: StoreError) -> MessageResult {
-        match error {
-            StoreError::Rejected(reason) => {
-                tracing::error!(error = %reason, "DynamoDB refused the request");
-                let reason = format!("DynamoDB refused the request: {reason}");
-                let entry = p.quarantine_entry(STORE_REJECTED, &reason);
-                self.quarantine(&entry).await
-            }
-            other => {
-                tracing::warn!(error = %other, "will be retried");
-                MessageResult::Retry {
-                    reason: other.to_string(),
-                }
-            }
-        }
-    }
 }
 
 impl BatchReport {
@@ -661,67 +453,9 @@ impl BatchReport {
     }
 }
 
-/// The first event without an answer.
-fn first_unsettled(settled: &[Option<MessageResult>]) -> Option<usize> {
-    settled.iter().position(Option::is_none)
-}
-
-/// The answers of the first `len` events, all settled by then.
-fn settled_run(settled: Vec<Option<MessageResult>>, len: usize) -> Vec<MessageResult> {
-    settled
-        .into_iter()
-        .take(len)
-        .map(|result| {
-            result.unwrap_or_else(|| MessageResult::Retry {
-                reason: "left unsettled by its group".into(),
-            })
-        })
-        .collect()
-}
-
 /// One account's answers: per message, and the verdicts of its parked facts judged again.
 struct AccountResults {
     messages: Vec<(String, MessageResult)>,
-    released: Vec<MessageResult>,
-}
-
-/// One group's answers: the events of its run it settled, in order, and — when something
-/// failed — the index of the first event that must be retried (the run's length when only
-/// parked facts were involved).
-struct GroupAnswer {
-    settled: Vec<MessageResult>,
-    failed_at: Option<usize>,
-}
-
-impl GroupAnswer {
-    /// The first `len` events, all settled, nothing failed.
-    fn settled(settled: Vec<Option<MessageResult>>, len: usize) -> Self {
-        Self {
-            settled: settled_run(settled, len),
-            failed_at: None,
-        }
-    }
-}
-
-/// Where settling one group stands: each event's answer once known, and the commit rounds
-/// lost to concurrent writers so far.
-struct Settling {
-    settled: Vec<Option<MessageResult>>,
-    conflicts: u32,
-}
-
-/// What settling an account's events carries from one group to the next.
-struct AccountWork {
-    /// The payments its reversals refer to (read with the account).
-    targets: Vec<SourceRef>,
-    snapshot: Option<Snapshot>,
-    /// The snapshot was read from the store in this invocation (not a warm cache's hint).
-    /// A cached state may answer a fact it lists as recently applied — an applied fact stays
-    /// applied — but never one it holds parked.
-    confirmed: bool,
-    /// Facts per transaction; 1 for the rest of the batch once DynamoDB refused a group's
-    /// request as such (too large, invalid), so one bad item cannot take the others with it.
-    max_units: usize,
     released: Vec<MessageResult>,
 }
 
