@@ -23,8 +23,9 @@ pub struct LoanAccount {
     pub installments: Vec<Installment>,
     pub dpd: u32,
     pub delinquency_bucket: Bucket,
-    /// The business date arrears are computed at: the latest applied event's date. Business
-    /// time never moves backwards, so a late-delivered old event cannot un-age arrears.
+    /// The business date arrears are computed at: the latest applied event's date (an
+    /// event's `eventTime` date, a `BUSINESS_DAY_CLOSED`'s `businessDate`). Business time
+    /// never moves backwards, so a late-delivered old event cannot un-age arrears.
     pub business_date: NaiveDate,
     /// The business date of its `LOAN_OPENED` (absent on items written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -245,14 +246,27 @@ impl LoanAccount {
         Ok(())
     }
 
-    /// Days past due at `date`: from the due date of the oldest installment with an unpaid
-    /// remainder, floored at 0.
-    pub fn dpd_at(&self, date: NaiveDate) -> u32 {
+    /// The due date of the oldest installment with an unpaid remainder (`None` when every
+    /// recorded installment is paid). The account is past due on every later date until it
+    /// is paid, whether or not any event arrives: what the daily close is for.
+    pub fn oldest_unpaid_due_date(&self) -> Option<NaiveDate> {
         self.installments
             .iter()
             .filter(|i| i.unpaid_minor() > 0)
             .map(|i| i.due_date)
             .min()
+    }
+
+    /// Whether an installment with an unpaid remainder is past due on `date` (its due date is
+    /// before `date`): the account's arrears age when `date` is closed.
+    pub fn past_due_at(&self, date: NaiveDate) -> bool {
+        self.dpd_at(date) > 0
+    }
+
+    /// Days past due at `date`: from the due date of the oldest installment with an unpaid
+    /// remainder, floored at 0.
+    pub fn dpd_at(&self, date: NaiveDate) -> u32 {
+        self.oldest_unpaid_due_date()
             .map(|due| (date - due).num_days().clamp(0, i64::from(u32::MAX)) as u32)
             .unwrap_or(0)
     }

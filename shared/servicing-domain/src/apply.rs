@@ -1,5 +1,6 @@
 //! The account-state machine: `apply(state, event) -> Outcome`. Pure: no I/O, no clock.
 
+use chrono::NaiveDate;
 use serde_json::json;
 
 use crate::account::{Bucket, LoanAccount, StoredAllocation};
@@ -13,9 +14,9 @@ use crate::types::{Money, MoneyError, SourceRef, add_minor};
 pub enum Outcome {
     /// Commit the new state, the allocation write and the outbox events together.
     Applied(Box<Applied>),
-    /// A set-state event whose sequence is not newer than the last applied one: acknowledge,
-    /// count, do not apply.
-    Stale { sequence: u64, last_applied: u64 },
+    /// A set-state event that changes nothing (older than what the account holds, or a close
+    /// with nothing to age): acknowledge, count, do not apply.
+    Stale(Staleness),
     /// A permanent business error: quarantine with the reason, acknowledge.
     Rejected(Rejection),
     /// Not applicable yet (out-of-order delivery): parked until what it waits for is applied.
@@ -25,11 +26,67 @@ pub enum Outcome {
     AlreadyApplied,
 }
 
+/// Why a set-state event is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Staleness {
+    /// A `CREDIT_LIMIT_SET` whose sequence is not greater than the last applied one.
+    Sequence { sequence: u64, last_applied: u64 },
+    /// A `BUSINESS_DAY_CLOSED` whose date is not later than the account's business date.
+    BusinessDate {
+        business_date: NaiveDate,
+        account_business_date: NaiveDate,
+    },
+    /// A `BUSINESS_DAY_CLOSED` of an account with nothing past due on that date.
+    NothingPastDue { business_date: NaiveDate },
+    /// A `BUSINESS_DAY_CLOSED` of an account that is not opened (never parked: a close only
+    /// ages arrears, and an account opened later has none as of that date).
+    AccountNotOpened,
+}
+
+impl Staleness {
+    /// A short stable code for metrics and logs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Staleness::Sequence { .. } => "stale_sequence",
+            Staleness::BusinessDate { .. } => "stale_business_date",
+            Staleness::NothingPastDue { .. } => "nothing_past_due",
+            Staleness::AccountNotOpened => "account_not_opened",
+        }
+    }
+}
+
+impl std::fmt::Display for Staleness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Staleness::Sequence {
+                sequence,
+                last_applied,
+            } => write!(
+                f,
+                "sequence {sequence} is not greater than the last applied {last_applied}"
+            ),
+            Staleness::BusinessDate {
+                business_date,
+                account_business_date,
+            } => write!(
+                f,
+                "business date {business_date} is not later than the account's {account_business_date}"
+            ),
+            Staleness::NothingPastDue { business_date } => {
+                write!(f, "nothing is past due on {business_date}")
+            }
+            Staleness::AccountNotOpened => f.write_str("the account is not opened"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
     pub account: LoanAccount,
     pub allocation: Option<AllocationWrite>,
     /// The domain event of this fact first, then `DelinquencyChanged` when the bucket moved.
+    /// A `BUSINESS_DAY_CLOSED` has no domain event of its own: at most the `DelinquencyChanged`,
+    /// so this may be empty.
     pub outbox: Vec<DomainEvent>,
 }
 
@@ -160,6 +217,9 @@ fn step(
             ),
         ));
     }
+    if let EventKind::BusinessDayClosed { business_date } = event.kind {
+        return Ok(close_business_day(account, event, business_date));
+    }
     let (account, mut next) = match (&event.kind, account) {
         (
             EventKind::LoanOpened {
@@ -206,7 +266,9 @@ fn step(
 
     let mut allocation = None;
     let (detail_type, payload) = match &event.kind {
-        EventKind::LoanOpened { .. } => unreachable!("handled above"),
+        EventKind::LoanOpened { .. } | EventKind::BusinessDayClosed { .. } => {
+            unreachable!("handled above")
+        }
         EventKind::InstallmentDue {
             installment_no,
             due_date,
@@ -344,10 +406,10 @@ fn step(
         EventKind::CreditLimitSet { limit, sequence } => {
             let minor = in_currency(limit)?;
             if *sequence <= next.credit_limit_sequence {
-                return Ok(Outcome::Stale {
+                return Ok(Outcome::Stale(Staleness::Sequence {
                     sequence: *sequence,
                     last_applied: next.credit_limit_sequence,
-                });
+                }));
             }
             next.credit_limit_minor = Some(minor);
             next.credit_limit_sequence = *sequence;
@@ -358,7 +420,24 @@ fn step(
     };
 
     let mut outbox = vec![domain_event(event, detail_type, payload)];
-    next.business_date = next.business_date.max(date);
+    age(account, &mut next, event, &mut outbox);
+    Ok(Outcome::Applied(Box::new(Applied {
+        account: next,
+        allocation,
+        outbox,
+    })))
+}
+
+/// Business time moves to the event's date (never backwards: an event dated before the
+/// account's business date leaves it), arrears are recomputed as of it, and a bucket move
+/// adds a `DelinquencyChanged` triggered by `event`.
+fn age(
+    account: &LoanAccount,
+    next: &mut LoanAccount,
+    event: &ServicingEvent,
+    outbox: &mut Vec<DomainEvent>,
+) {
+    next.business_date = next.business_date.max(event.business_date());
     next.dpd = next.dpd_at(next.business_date);
     next.delinquency_bucket = Bucket::for_dpd(next.dpd);
     if next.delinquency_bucket != account.delinquency_bucket {
@@ -371,11 +450,38 @@ fn step(
             next.dpd,
         ));
     }
-    Ok(Outcome::Applied(Box::new(Applied {
+}
+
+/// `BUSINESS_DAY_CLOSED`: the account's business date moves to `business_date` and arrears are
+/// recomputed as of it; no money moves and no domain event is written but a
+/// `DelinquencyChanged` on a bucket move. Stale (never parked, never rejected) when the date is
+/// not later than the account's business date, when nothing is past due on it, or when the
+/// account is not opened.
+fn close_business_day(
+    account: Option<&LoanAccount>,
+    event: &ServicingEvent,
+    business_date: NaiveDate,
+) -> Outcome {
+    let Some(account) = account else {
+        return Outcome::Stale(Staleness::AccountNotOpened);
+    };
+    if business_date <= account.business_date {
+        return Outcome::Stale(Staleness::BusinessDate {
+            business_date,
+            account_business_date: account.business_date,
+        });
+    }
+    if !account.past_due_at(business_date) {
+        return Outcome::Stale(Staleness::NothingPastDue { business_date });
+    }
+    let mut next = account.clone();
+    let mut outbox = Vec::new();
+    age(account, &mut next, event, &mut outbox);
+    Outcome::Applied(Box::new(Applied {
         account: next,
-        allocation,
+        allocation: None,
         outbox,
-    })))
+    }))
 }
 
 fn mismatch(payment: &SourceRef, owner: &crate::AccountId, account: &crate::AccountId) -> Outcome {

@@ -18,6 +18,9 @@ pub const EVENT_TIME_IN_FUTURE: &str = "event_time_in_future";
 /// The UTF-8 encoding of U+FEFF, which some tools write at the start of a text.
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// The `sourceSystem` of the daily job's `BUSINESS_DAY_CLOSED` events.
+pub const CLOSE_SOURCE_SYSTEM: &str = "scheduler";
+
 /// The only schema major version this build understands.
 pub const SCHEMA_VERSION: i64 = 1;
 
@@ -62,6 +65,11 @@ pub enum EventKind {
         limit: Money,
         sequence: u64,
     },
+    /// The servicing side closed `business_date` for the account: its business date moves
+    /// there and arrears are recomputed as of it. No money moves.
+    BusinessDayClosed {
+        business_date: NaiveDate,
+    },
 }
 
 impl EventKind {
@@ -74,6 +82,7 @@ impl EventKind {
             EventKind::PaymentSettled { .. } => "PAYMENT_SETTLED",
             EventKind::PaymentReversed { .. } => "PAYMENT_REVERSED",
             EventKind::CreditLimitSet { .. } => "CREDIT_LIMIT_SET",
+            EventKind::BusinessDayClosed { .. } => "BUSINESS_DAY_CLOSED",
         }
     }
 }
@@ -330,6 +339,9 @@ impl ServicingEvent {
                 limit: fields.money("creditLimitMinor")?,
                 sequence: fields.positive("sequence", i64::MAX)?.unsigned_abs(),
             },
+            "BUSINESS_DAY_CLOSED" => EventKind::BusinessDayClosed {
+                business_date: fields.date("businessDate")?,
+            },
             other => {
                 return Err(field_error(
                     "eventType",
@@ -358,19 +370,58 @@ impl ServicingEvent {
     ) -> Option<String> {
         let skew = chrono::Duration::from_std(max_skew).unwrap_or(chrono::Duration::MAX);
         let limit = now.checked_add_signed(skew)?;
-        (self.event_time > limit).then(|| {
-            format!(
+        if self.event_time > limit {
+            return Some(format!(
                 "eventTime {} is more than {} s ahead of the consumer's clock ({})",
                 self.event_time.to_rfc3339_opts(SecondsFormat::Secs, true),
                 max_skew.as_secs(),
                 now.to_rfc3339_opts(SecondsFormat::Secs, true)
-            )
-        })
+            ));
+        }
+        // A close moves business time to its `businessDate`, whatever its `eventTime` says: a
+        // day that has not begun yet (beyond the same skew) would age the account for good.
+        match self.kind {
+            EventKind::BusinessDayClosed { business_date }
+                if business_date.and_time(chrono::NaiveTime::MIN).and_utc() > limit =>
+            {
+                Some(format!(
+                    "businessDate {business_date} begins more than {} s ahead of the consumer's clock ({})",
+                    max_skew.as_secs(),
+                    now.to_rfc3339_opts(SecondsFormat::Secs, true)
+                ))
+            }
+            _ => None,
+        }
     }
 
-    /// The business date of the event: the UTC calendar date of `eventTime`.
+    /// The business date of the event: a `BUSINESS_DAY_CLOSED`'s `businessDate`, else the UTC
+    /// calendar date of `eventTime`.
     pub fn business_date(&self) -> NaiveDate {
-        self.event_time.date_naive()
+        match self.kind {
+            EventKind::BusinessDayClosed { business_date } => business_date,
+            _ => self.event_time.date_naive(),
+        }
+    }
+
+    /// The close the daily job emits for `account_id` and `business_date`, as the contract
+    /// names it: `sourceSystem = "scheduler"`, `sourceEventId = "close-<businessDate>-<accountId>"`,
+    /// `eventTime` = the end of that date (UTC). So a second run for the same day, or a
+    /// manual close of it, is the same fact again (a duplicate).
+    pub fn business_day_closed(account_id: &AccountId, business_date: NaiveDate) -> Self {
+        let date = business_date.format("%Y-%m-%d");
+        let end_of_day = business_date
+            .and_hms_opt(23, 59, 59)
+            .unwrap_or_else(|| business_date.and_time(chrono::NaiveTime::MIN));
+        ServicingEvent {
+            source: SourceRef {
+                system: CLOSE_SOURCE_SYSTEM.to_owned(),
+                event_id: format!("close-{date}-{account_id}"),
+            },
+            account_id: account_id.clone(),
+            event_time: end_of_day.and_utc(),
+            transport_event_id: None,
+            kind: EventKind::BusinessDayClosed { business_date },
+        }
     }
 
     /// The payment a reversal refers to, which the caller must look up before `apply`.
@@ -431,6 +482,9 @@ impl ServicingEvent {
             }),
             EventKind::CreditLimitSet { limit, sequence } => json!({
                 "creditLimitMinor": limit.minor(), "currency": limit.currency, "sequence": sequence,
+            }),
+            EventKind::BusinessDayClosed { business_date } => json!({
+                "businessDate": business_date.format("%Y-%m-%d").to_string(),
             }),
         };
         if let (Some(target), Value::Object(extra)) = (v.as_object_mut(), extra) {

@@ -181,6 +181,28 @@ impl Ledger {
         }
     }
 
+    /// What the daily job does for `business_date`: one `BUSINESS_DAY_CLOSED` (the contract's
+    /// identity, so a second run is a duplicate) delivered for every account with an unpaid
+    /// installment past due on that date, and only those. Returns each account's disposition.
+    pub fn close_business_day(
+        &mut self,
+        business_date: chrono::NaiveDate,
+    ) -> Vec<(AccountId, Disposition)> {
+        let due: Vec<AccountId> = self
+            .accounts
+            .values()
+            .filter(|a| a.past_due_at(business_date))
+            .map(|a| a.account_id.clone())
+            .collect();
+        due.into_iter()
+            .map(|id| {
+                let close = ServicingEvent::business_day_closed(&id, business_date);
+                let disposition = self.ingest(close.canonical_json().to_string().as_bytes());
+                (id, disposition)
+            })
+            .collect()
+    }
+
     /// What the claim retention does to one fact's claim: it no longer deduplicates (nor
     /// tells what the fact was). `false` when there was none.
     pub fn expire_claim(&mut self, source: &SourceRef) -> bool {

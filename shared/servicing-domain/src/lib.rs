@@ -14,9 +14,12 @@ pub mod types;
 pub use account::{
     Allocation, Bucket, Installment, InstallmentPayment, LoanAccount, StoredAllocation,
 };
-pub use apply::{AllocationWrite, Applied, Deferral, Outcome, Rejection, ReversalTarget, apply};
+pub use apply::{
+    AllocationWrite, Applied, Deferral, Outcome, Rejection, ReversalTarget, Staleness, apply,
+};
 pub use event::{
-    DEFAULT_MAX_EVENT_TIME_SKEW, DecodeError, EVENT_TIME_IN_FUTURE, EventKind, ServicingEvent,
+    CLOSE_SOURCE_SYSTEM, DEFAULT_MAX_EVENT_TIME_SKEW, DecodeError, EVENT_TIME_IN_FUTURE, EventKind,
+    ServicingEvent,
 };
 pub use fingerprint::{FactTag, Fingerprint};
 pub use ledger::{Counts, Disposition, Ledger, QuarantineRecord};

@@ -472,3 +472,59 @@ fn when_the_bad_input_corpus_is_decoded_should_give_each_decode_case_its_code_an
     }
     assert!(checked >= 30, "{checked} decode cases");
 }
+
+#[test]
+fn when_a_business_day_close_is_decoded_should_require_a_business_date() {
+    let close = event(
+        "close-2026-10-02-acc_1",
+        "BUSINESS_DAY_CLOSED",
+        "2026-10-02T23:59:59Z",
+        json!({"businessDate": "2026-10-02"}),
+    );
+    let e = ServicingEvent::decode(close.to_string().as_bytes()).expect("valid");
+    let day = chrono::NaiveDate::from_ymd_opt(2026, 10, 2).expect("date");
+    assert_eq!(e.kind, EventKind::BusinessDayClosed { business_date: day });
+    assert_eq!(e.kind.wire_name(), "BUSINESS_DAY_CLOSED");
+    assert_eq!(e.business_date(), day);
+    let cases = [
+        (
+            without(close.clone(), "businessDate"),
+            "field `businessDate`: is required",
+        ),
+        (
+            with(close.clone(), "businessDate", json!(null)),
+            "field `businessDate`: is required",
+        ),
+        (
+            with(close.clone(), "businessDate", json!(20261002)),
+            "field `businessDate`: must be a string",
+        ),
+        (
+            with(close.clone(), "businessDate", json!("2026-02-30")),
+            "field `businessDate`: must be a calendar date YYYY-MM-DD",
+        ),
+        (
+            with(close.clone(), "businessDate", json!("2026-10-02T00:00:00Z")),
+            "field `businessDate`: must be a calendar date",
+        ),
+        (
+            with(close.clone(), "eventTime", json!("2026-10-02")),
+            "field `eventTime`: must be an RFC 3339",
+        ),
+        (
+            without(close.clone(), "accountId"),
+            "field `accountId`: is required",
+        ),
+        (
+            with(close.clone(), "schemaVersion", json!(2)),
+            "field `schemaVersion`: major version 2",
+        ),
+    ];
+    for (body, want) in cases {
+        let got = rejection(&body);
+        assert!(
+            got.starts_with(want),
+            "for {body}\n  got:  {got}\n  want: {want}…"
+        );
+    }
+}

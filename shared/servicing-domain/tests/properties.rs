@@ -2,11 +2,16 @@
 
 mod common;
 
+use std::collections::HashMap;
+
 use chrono::{Duration, NaiveDate};
 use common::event;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use servicing_domain::{AccountId, Ledger, LoanAccount, Outcome, ServicingEvent, apply};
+use servicing_domain::{
+    AccountId, Bucket, Disposition, Ledger, LoanAccount, Outcome, ServicingEvent, apply,
+    outbox::detail_types,
+};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -23,6 +28,8 @@ enum Op {
         sequence: u64,
         amount: i64,
     },
+    /// A `BUSINESS_DAY_CLOSED` for the current day plus this offset (earlier days are stale).
+    Close(i64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -33,6 +40,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..150_000i64).prop_map(Op::Pay),
         1 => any::<usize>().prop_map(Op::Reverse),
         1 => (1..6u64, 0..500_000i64).prop_map(|(sequence, amount)| Op::Limit { sequence, amount }),
+        1 => (-5..20i64).prop_map(Op::Close),
     ]
 }
 
@@ -103,10 +111,21 @@ fn stream(principal: i64, ops: &[(Op, i64)]) -> Vec<Value> {
                 &at(day),
                 json!({"creditLimitMinor": amount, "currency": "EUR", "sequence": sequence}),
             ),
+            Op::Close(offset) => close(&id, start + Duration::days(day + offset)),
         };
         events.push(e);
     }
     events
+}
+
+/// A `BUSINESS_DAY_CLOSED` of `acc_1` for `date`, dated at its end as the contract says.
+fn close(id: &str, date: NaiveDate) -> Value {
+    event(
+        id,
+        "BUSINESS_DAY_CLOSED",
+        &format!("{date}T23:59:59Z"),
+        json!({"businessDate": date.to_string()}),
+    )
 }
 
 fn ops() -> impl Strategy<Value = (i64, Vec<(Op, i64)>)> {
@@ -133,8 +152,288 @@ fn the_account(ledger: &Ledger) -> LoanAccount {
         .clone()
 }
 
+/// What the contract says arrears are, written out independently of the crate: installments
+/// owing `principal + interest` from their due date; the waterfall fees → interest → principal
+/// → credit, whose interest and principal parts pay installments oldest first; a reversal puts
+/// back exactly what its payment took; business time is the date of the latest applied event
+/// (a close included), never moving backwards.
+#[derive(Debug, Default)]
+struct Model {
+    fees: i64,
+    interest: i64,
+    principal: i64,
+    credit: i64,
+    /// (due date, owed, paid), in order of number.
+    installments: Vec<(NaiveDate, i64, i64)>,
+    payments: HashMap<String, Paid>,
+    limit_sequence: u64,
+    business_date: Option<NaiveDate>,
+}
+
+#[derive(Debug)]
+struct Paid {
+    /// fees, interest, principal, credit.
+    split: [i64; 4],
+    /// (installment index, amount).
+    installments: Vec<(usize, i64)>,
+    reversed: bool,
+}
+
+fn date_of(v: &Value, field: &str) -> NaiveDate {
+    let text = v[field].as_str().expect("a date field");
+    NaiveDate::parse_from_str(&text[..10], "%Y-%m-%d").expect("date")
+}
+
+fn minor(v: &Value, field: &str) -> i64 {
+    v[field].as_i64().expect("an integer field")
+}
+
+impl Model {
+    /// Days past due on `date`: from the oldest due date with something unpaid, floored at 0.
+    fn dpd_at(&self, date: NaiveDate) -> u32 {
+        self.installments
+            .iter()
+            .filter(|(_, owed, paid)| paid < owed)
+            .map(|(due, _, _)| (date - *due).num_days())
+            .max()
+            .map_or(0, |days| u32::try_from(days.max(0)).expect("small"))
+    }
+
+    fn dpd(&self) -> u32 {
+        self.business_date.map_or(0, |d| self.dpd_at(d))
+    }
+
+    /// Applies one (first) delivery; `false` when the contract says it is not applied.
+    fn apply(&mut self, e: &Value) -> bool {
+        let date = date_of(e, "eventTime");
+        match e["eventType"].as_str().expect("type") {
+            "LOAN_OPENED" => self.principal = minor(e, "principalMinor"),
+            "INSTALLMENT_DUE" => {
+                let (p, i) = (minor(e, "principalMinor"), minor(e, "interestMinor"));
+                self.interest += i;
+                self.installments.push((date_of(e, "dueDate"), p + i, 0));
+            }
+            "INTEREST_ACCRUED" => self.interest += minor(e, "amountMinor"),
+            "FEE_ASSESSED" => self.fees += minor(e, "amountMinor"),
+            "PAYMENT_SETTLED" => {
+                let mut left = minor(e, "amountMinor");
+                let mut take = |balance: &mut i64| {
+                    let part = left.min(*balance);
+                    *balance -= part;
+                    left -= part;
+                    part
+                };
+                let fees = take(&mut self.fees);
+                let interest = take(&mut self.interest);
+                let principal = take(&mut self.principal);
+                self.credit += left;
+                let mut to_installments = interest + principal;
+                let mut paid = Vec::new();
+                let mut order: Vec<usize> = (0..self.installments.len()).collect();
+                order.sort_by_key(|&i| (self.installments[i].0, i));
+                for i in order {
+                    let (_, owed, done) = &mut self.installments[i];
+                    let part = to_installments.min(*owed - *done);
+                    if part > 0 {
+                        *done += part;
+                        to_installments -= part;
+                        paid.push((i, part));
+                    }
+                }
+                let id = e["sourceEventId"].as_str().expect("id").to_owned();
+                let split = [fees, interest, principal, left];
+                self.payments.insert(
+                    id,
+                    Paid {
+                        split,
+                        installments: paid,
+                        reversed: false,
+                    },
+                );
+            }
+            "PAYMENT_REVERSED" => {
+                let target = e["reversalOf"]["sourceEventId"].as_str().expect("target");
+                let paid = self
+                    .payments
+                    .get_mut(target)
+                    .expect("reverses a generated payment");
+                if paid.reversed {
+                    return false; // a second reversal: a business error
+                }
+                paid.reversed = true;
+                let [fees, interest, principal, credit] = paid.split;
+                self.fees += fees;
+                self.interest += interest;
+                self.principal += principal;
+                self.credit -= credit;
+                for (i, part) in &paid.installments {
+                    self.installments[*i].2 -= part;
+                }
+            }
+            "CREDIT_LIMIT_SET" => {
+                let sequence = e["sequence"].as_u64().expect("sequence");
+                if sequence <= self.limit_sequence {
+                    return false;
+                }
+                self.limit_sequence = sequence;
+            }
+            "BUSINESS_DAY_CLOSED" => {
+                let day = date_of(e, "businessDate");
+                if self.business_date.is_some_and(|b| day <= b) || self.dpd_at(day) == 0 {
+                    return false;
+                }
+                self.business_date = Some(day);
+                return true;
+            }
+            other => panic!("unexpected {other}"),
+        }
+        self.business_date = Some(self.business_date.map_or(date, |b| b.max(date)));
+        true
+    }
+}
+
+/// The account's money and installments: what a close must never change.
+fn money(a: &LoanAccount) -> LoanAccount {
+    LoanAccount {
+        dpd: 0,
+        delinquency_bucket: Bucket::Current,
+        business_date: NaiveDate::MIN,
+        ..a.clone()
+    }
+}
+
+/// The closes appended after a stream: increasing dates, each maybe followed by a resend of
+/// an earlier close (a duplicate) or by a close of an earlier, never closed date (stale).
+#[derive(Debug, Clone)]
+enum Mixed {
+    Nothing,
+    Resend(prop::sample::Index, bool),
+    Late(prop::sample::Index),
+}
+
+fn mixed() -> impl Strategy<Value = Mixed> {
+    prop_oneof![
+        2 => Just(Mixed::Nothing),
+        1 => (any::<prop::sample::Index>(), any::<bool>()).prop_map(|(i, r)| Mixed::Resend(i, r)),
+        1 => any::<prop::sample::Index>().prop_map(Mixed::Late),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// After every delivery, DPD and bucket are those of the account's business date: the
+    /// latest applied event's date (a close included), never moved back by an older event.
+    #[test]
+    fn dpd_is_always_as_of_the_latest_applied_date((principal, ops) in ops()) {
+        let mut ledger = Ledger::new();
+        let mut model = Model::default();
+        for e in stream(principal, &ops) {
+            let applied = model.apply(&e);
+            let d = ledger.ingest(e.to_string().as_bytes());
+            prop_assert_eq!(d == Disposition::Applied, applied, "{} gave {:?}", e, d);
+            let a = the_account(&ledger);
+            prop_assert_eq!(Some(a.business_date), model.business_date);
+            prop_assert_eq!(a.dpd, model.dpd(), "after {}", e);
+            prop_assert_eq!(a.delinquency_bucket, Bucket::for_dpd(model.dpd()));
+        }
+    }
+
+    /// For any stream, closes appended for increasing dates — with resends of earlier closes
+    /// (duplicates) and closes of earlier dates (stale) mixed in — leave the DPD as of the last
+    /// close date (or of the stream's own business date, when that is later), computed here
+    /// from the installments and what was paid. A close moves no money and writes at most one
+    /// `DelinquencyChanged`, triggered by itself, exactly when the bucket moves.
+    #[test]
+    fn closes_for_increasing_dates_give_the_dpd_as_of_the_last_one(
+        (principal, ops) in ops(),
+        first in 0..500i64,
+        steps in prop::collection::vec((1..45i64, mixed()), 1..12),
+    ) {
+        let start = NaiveDate::from_ymd_opt(2026, 1, 1).expect("date");
+        let mut ledger = Ledger::new();
+        let mut model = Model::default();
+        for e in stream(principal, &ops) {
+            model.apply(&e);
+            ledger.ingest(e.to_string().as_bytes());
+        }
+        let stream_date = model.business_date.expect("opened");
+        let mut sent: Vec<Value> = Vec::new();
+        let mut closed = std::collections::BTreeSet::new();
+        let mut date = start + Duration::days(first);
+        let mut deliveries: Vec<(Value, bool)> = Vec::new(); // (body, a resend)
+        for (n, (gap, mix)) in steps.iter().enumerate() {
+            if n > 0 {
+                date += Duration::days(*gap);
+            }
+            let c = close(&format!("close-{date}-acc_1"), date);
+            closed.insert(date);
+            sent.push(c.clone());
+            deliveries.push((c, false));
+            match mix {
+                Mixed::Nothing => {}
+                Mixed::Resend(i, reserialise) => {
+                    let mut again = sent[i.index(sent.len())].clone();
+                    if *reserialise {
+                        again["eventId"] = json!(format!("sqs-{n}"));
+                    }
+                    deliveries.push((again, true));
+                }
+                Mixed::Late(i) => {
+                    let earlier = date - Duration::days(1 + i.index(60) as i64);
+                    if closed.insert(earlier) {
+                        let c = close(&format!("late-{earlier}-acc_1"), earlier);
+                        sent.push(c.clone());
+                        deliveries.push((c, false));
+                    }
+                }
+            }
+        }
+        let last = date;
+        for (body, resend) in &deliveries {
+            let before = the_account(&ledger);
+            let outbox_before = ledger.outbox().len();
+            let applies = !resend && model.apply(body);
+            let late = body["sourceEventId"].as_str().is_some_and(|id| id.starts_with("late-"));
+            prop_assert!(!(late && applies), "a close of an earlier date is stale: {}", body);
+            let d = ledger.ingest(body.to_string().as_bytes());
+            let after = the_account(&ledger);
+            let new_events = &ledger.outbox()[outbox_before..];
+            let want = if *resend {
+                Disposition::Duplicate
+            } else if applies {
+                Disposition::Applied
+            } else {
+                Disposition::Stale
+            };
+            prop_assert_eq!(&d, &want, "{}", body);
+            prop_assert_eq!(money(&after), money(&before), "a close moves no money");
+            prop_assert_eq!(after.dpd, model.dpd());
+            if d != Disposition::Applied {
+                prop_assert_eq!(&after, &before);
+                prop_assert!(new_events.is_empty());
+                continue;
+            }
+            prop_assert_eq!(after.business_date, date_of(body, "businessDate"));
+            let moved = after.delinquency_bucket != before.delinquency_bucket;
+            prop_assert_eq!(new_events.len(), usize::from(moved), "{:?}", new_events);
+            for e in new_events {
+                prop_assert_eq!(e.detail_type.as_str(), detail_types::DELINQUENCY_CHANGED);
+                prop_assert_eq!(Some(e.trigger.event_id.as_str()), body["sourceEventId"].as_str());
+                prop_assert_eq!(e.payload["dpd"].as_u64(), Some(u64::from(after.dpd)));
+            }
+        }
+        let a = the_account(&ledger);
+        let as_of = last.max(stream_date);
+        prop_assert_eq!(a.dpd, model.dpd_at(as_of), "dpd as of {}", as_of);
+        prop_assert_eq!(a.delinquency_bucket, Bucket::for_dpd(model.dpd_at(as_of)));
+        if model.dpd_at(last) > 0 && last > stream_date {
+            prop_assert_eq!(a.business_date, last);
+        }
+        let resends = deliveries.iter().filter(|(_, r)| *r).count() as u64;
+        prop_assert_eq!(ledger.counts().duplicates, resends);
+        prop_assert!(ledger.quarantine().len() == ledger.counts().quarantined as usize);
+    }
 
     #[test]
     fn allocations_sum_to_the_payment_and_balances_never_go_negative((principal, ops) in ops()) {
