@@ -16,6 +16,7 @@ macro_rules! on_both_engines {
 }
 
 mod account_state;
+mod aging;
 mod collections;
 mod engines;
 mod fault_sweep;
