@@ -9,6 +9,7 @@ pinned in MiniStack's venv and talks to MiniStack only through AWS_ENDPOINT_URL.
 
 from __future__ import annotations
 
+import datetime
 import http.server
 import io
 import json
@@ -28,13 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / ".local"
 STACK = os.environ.get("STACK_NAME", "loan-servicing-local")
 ARTIFACT_BUCKET = "loan-servicing-local-artifacts"
-SAMPLES = ["basic", "delinquent"]
+SAMPLES = ["basic", "delinquent", "aging"]
 # Opens the account the API calls pay into.
 API_SAMPLE = "api"
 API_ACCOUNT = "acc_9001"
 # (Idempotency-Key, amount, times sent): retries must not pay twice.
 API_PAYMENTS = [("demo-pay-1", 12_000, 3), ("demo-pay-2", 3_000, 2)]
-FUNCTIONS = ["account-state", "outbox-relay", "collections", "payments-api", "reconciler"]
+FUNCTIONS = ["account-state", "outbox-relay", "collections", "payments-api", "reconciler", "aging"]
 
 
 def step(message: str) -> None:
@@ -423,6 +424,14 @@ def main() -> int:
         cwd=ROOT,
     )
     ok &= reconciled_source.returncode == 0
+    step("the daily close's accounts in arrears (ledgerctl close --dry-run: read-only; the aging sample shows closes applied)")
+    yesterday = (datetime.datetime.now(datetime.timezone.utc).date() - datetime.timedelta(days=1)).isoformat()
+    dry = subprocess.run(
+        ["cargo", "run", "--quiet", "--locked", "-p", "ledgerctl", "--", "close", "--table", table, "--date", yesterday, "--dry-run"],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    print("   " + (dry.stdout.strip().splitlines() or [dry.stderr.strip()])[-1])
+    ok &= dry.returncode == 0
     step("the deployed scheduled reconciler, invoked once")
     answer = json.loads(client("lambda").invoke(FunctionName=outputs["ReconcilerFunctionName"])["Payload"].read() or b"{}")
     print(f"   {answer}")

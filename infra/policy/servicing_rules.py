@@ -711,3 +711,42 @@ class ClaimsOutliveParkingAndDeadLetters(ServicingRule):
                 if claim_default < needed:
                     out.append(self.problem(claim_path, f"the defaults break it: {claim_param} {claim_default:g} < {park_param} {park_default:g} + {dead_letter:g} + {CLAIM_MARGIN_DAYS}"))
         return out
+
+
+class ScheduledJobsRunOnceAndTheCloseReadsOnlyItsIndex(ServicingRule):
+    id = "E9114"
+    shortdesc = "Scheduled jobs are not retried and alarm on errors; the daily close reads only the arrears index"
+    description = (
+        "A scheduled job retried by Lambda runs twice and a failed one must page someone. The "
+        "daily close (a scheduled function that may send to the servicing queue and Query an "
+        "index) must exist, and may neither Scan nor GetItem the table: it reads the sparse "
+        "index of accounts in arrears, or a silent delinquent account never ages."
+    )
+
+    def match(self, cfn):
+        out = []
+        alarms = [props(a) for _, a in resources(cfn, "AWS::CloudWatch::Alarm")]
+        close = None
+        for name, fn in functions(cfn):
+            if not list(events_of(fn, "ScheduleV2", "Schedule")):
+                continue
+            path = ["Resources", name, "Properties"]
+            retries = (props(fn).get("EventInvokeConfig") or {}).get("MaximumRetryAttempts")
+            if str(retries) != "0":
+                out.append(self.problem(path, f"{name} runs on a schedule: EventInvokeConfig.MaximumRetryAttempts must be 0"))
+            if not any(a.get("MetricName") == "Errors"
+                       and any(logical_id(d.get("Value")) == name for d in as_list(a.get("Dimensions") or []))
+                       for a in alarms):
+                out.append(self.problem(path, f"no Errors alarm on the scheduled {name}"))
+            sts = list(statements(cfn, fn))
+            queries_an_index = any("dynamodb:Query" in actions(st)
+                                   and any("/index/" in str(r) for r in as_list(st.get("Resource")))
+                                   for st in sts)
+            if queries_an_index and grants(cfn, sts, "sqs:SendMessage", "ServicingQueue"):
+                close = name
+                for st in sts:
+                    if any(a in ("dynamodb:Scan", "dynamodb:GetItem", "dynamodb:*") for a in actions(st)):
+                        out.append(self.problem(path, f"the daily close {name} may {actions(st)}: it reads only the arrears index"))
+        if close is None:
+            out.append(self.problem(["Resources"], "no daily close: a scheduled function that queries the arrears index and sends to ServicingQueue"))
+        return out

@@ -9,14 +9,14 @@ use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, StreamSpecification, StreamViewType,
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
 };
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, Config};
 use servicing_domain::{AccountId, Ledger, LoanAccount, ServicingEvent, StoredAllocation};
 use servicing_store::schema::{self, ClaimRecord, OutboxRecord, QuarantineRecord};
-use servicing_store::{ServicingStore, StoreConfig};
+use servicing_store::{ServicingStore, StoreConfig, arrears};
 
 use crate::faults::FaultPlan;
 
@@ -70,7 +70,8 @@ impl Intercept for RequestCounter {
     }
 }
 
-/// Creates a table with the servicing schema (pk/sk, NEW_IMAGE stream), as `template.yaml` does.
+/// Creates a table with the servicing schema (pk/sk, the sparse arrears index, NEW_IMAGE
+/// stream), as `template.yaml` does.
 pub async fn create_servicing_table(client: &aws_sdk_dynamodb::Client) -> String {
     create_table(client, true).await
 }
@@ -100,8 +101,23 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, stream: bool) -> St
         .billing_mode(BillingMode::PayPerRequest)
         .attribute_definitions(attr("pk"))
         .attribute_definitions(attr("sk"))
+        .attribute_definitions(attr(arrears::ARREARS_SHARD))
+        .attribute_definitions(attr(arrears::ARREARS_SINCE))
         .key_schema(key("pk", KeyType::Hash))
         .key_schema(key("sk", KeyType::Range))
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(arrears::ARREARS_INDEX)
+                .key_schema(key(arrears::ARREARS_SHARD, KeyType::Hash))
+                .key_schema(key(arrears::ARREARS_SINCE, KeyType::Range))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::KeysOnly)
+                        .build(),
+                )
+                .build()
+                .expect("index"),
+        )
         .set_stream_specification(stream.then(|| {
             StreamSpecification::builder()
                 .stream_enabled(true)

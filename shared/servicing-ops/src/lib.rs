@@ -5,6 +5,7 @@
 //! These read with `Scan` (one pass per operation): they are for operators and a daily job,
 //! never for a hot path.
 
+pub mod aging;
 pub mod parked;
 pub mod quarantine;
 pub mod reconcile;

@@ -116,6 +116,14 @@ pub fn loan_item(loan: &LoanItem) -> Result<Item, StoreError> {
     };
     let mut item = with_key(item, loan_key(&loan.account_id), "LOAN");
     item.insert(VERSION.to_owned(), n(loan.version));
+    // In the arrears index only while something billed is unpaid (a sparse index).
+    if let Some(attributes) = loan
+        .account
+        .as_ref()
+        .and_then(crate::arrears::arrears_attributes)
+    {
+        item.extend(attributes);
+    }
     if !loan.recent.is_empty() {
         item.insert(RECENT_FACTS.to_owned(), loan.recent.encode());
     }

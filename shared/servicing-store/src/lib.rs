@@ -13,9 +13,11 @@
 //! and the mapping of refusals), `idempotency` (the API's command), `actions` (collections'
 //! external calls), `parked` (the reconciler's expiry), `quarantine`, `errors` (the one
 //! classifier of DynamoDB answers), `conditions`, `items` (the attribute mapping), `combine`
-//! (group commit) and `recent` (recently applied facts on the loan item).
+//! (group commit), `recent` (recently applied facts on the loan item) and `arrears` (the sparse
+//! index of accounts in arrears the daily close queries).
 
 mod actions;
+pub mod arrears;
 mod combine;
 mod commit;
 mod conditions;

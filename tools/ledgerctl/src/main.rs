@@ -3,7 +3,8 @@
 //! - `replay`: run a JSON Lines stream through the in-memory ledger (no AWS).
 //! - `state`: read an account from a deployed table (endpoint from the standard AWS variables)
 //!   and optionally check it against an `*.expected.json`.
-//! - `reconcile`, `parked`, `quarantine`, `send`: operations on a deployed table (`ops.rs`).
+//! - `reconcile`, `parked`, `quarantine`, `send`, `close`: operations on a deployed table
+//!   (`ops.rs`).
 //!
 //! Exit status: 0 when the command did what it says and its invariant holds, 1 when not (or
 //! it failed), 2 for a command line it cannot parse.
@@ -48,6 +49,9 @@ enum Command {
     /// Replay a stream to the servicing queue; refuses facts whose claim is missing or expires
     /// before the queue may deliver them (up to 14 days): they could apply twice.
     Send(ops::SendArgs),
+    /// Close a business day by hand (the daily aging job's work, for a day the schedule
+    /// missed): one BUSINESS_DAY_CLOSED per account in arrears; --dry-run lists them.
+    Close(ops::CloseArgs),
 }
 
 /// `--table`: the servicing table of a deployed stack.
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         Command::Parked(command) => ops::parked(&command),
         Command::Quarantine(command) => ops::quarantine(&command),
         Command::Send(args) => ops::send(&args),
+        Command::Close(args) => ops::close(&args),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

@@ -80,6 +80,23 @@ pub struct SendArgs {
     allow_beyond_retention: bool,
 }
 
+/// `close`: the daily close by hand, for a day the schedule missed.
+#[derive(Debug, clap::Args)]
+pub struct CloseArgs {
+    #[command(flatten)]
+    table: Table,
+    /// The servicing queue (required unless --dry-run).
+    #[arg(long, required_unless_present = "dry_run")]
+    queue: Option<String>,
+    /// The business day to close (YYYY-MM-DD), e.g. 2026-10-31. A missed day is caught up by
+    /// closing the latest one: DPD depends only on the date.
+    #[arg(long)]
+    date: chrono::NaiveDate,
+    /// List the accounts in arrears on that day; send nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -249,6 +266,27 @@ pub fn send(args: &SendArgs) -> anyhow::Result<bool> {
         }
         let sent = replay::send(&aws_sdk_sqs::Client::new(&sdk), queue, &lines).await?;
         println!("sent {sent} messages to {queue}");
+        Ok(true)
+    })
+}
+
+pub fn close(args: &CloseArgs) -> anyhow::Result<bool> {
+    runtime()?.block_on(async {
+        let sdk = aws_setup::load().await;
+        let store = servicing_store::ServicingStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            servicing_store::StoreConfig::new(&args.table.table, "aging"),
+        );
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let queue = args.queue.as_deref().unwrap_or_default();
+        let close =
+            servicing_ops::aging::close_day(&store, &sqs, queue, args.date, args.dry_run).await?;
+        if args.dry_run {
+            for account in &close.accounts {
+                println!("{account}");
+            }
+        }
+        println!("{}", close.line());
         Ok(true)
     })
 }
