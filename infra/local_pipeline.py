@@ -194,6 +194,21 @@ def deliveries(seed: int, duplicate_share: float) -> list[str]:
     return out
 
 
+def business_days(bodies: list[str]) -> list[list[str]]:
+    """The deliveries cut where an account's business day moves on (a line dated later than
+    every earlier line of its account), keeping their order."""
+    days: list[list[str]] = [[]]
+    latest: dict[str, str] = {}
+    for body in bodies:
+        event = json.loads(body)
+        account, date = event["accountId"], event["eventTime"][:10]
+        if days[-1] and date > latest.get(account, date):
+            days.append([])
+        latest[account] = max(date, latest.get(account, date))
+        days[-1].append(body)
+    return [day for day in days if day]
+
+
 def feed(queue_url: str, bodies: list[str]) -> None:
     sqs = client("sqs")
     for i in range(0, len(bodies), 10):
@@ -257,7 +272,7 @@ def actions_by_status(table: str) -> dict[str, int]:
     return counts
 
 
-def wait_quiet(outputs: dict[str, str], expected_claims: int) -> None:
+def wait_quiet(outputs: dict[str, str], expected_claims: int, quiet_polls: int = 4) -> None:
     """Quiet = both queues empty, every fact claimed, and nothing moving for a few polls."""
     queues = [outputs["ServicingQueueUrl"], outputs["CollectionsQueueUrl"]]
     deadline, calm, last = time.time() + 180, 0, None
@@ -265,7 +280,7 @@ def wait_quiet(outputs: dict[str, str], expected_claims: int) -> None:
         snapshot = (tuple(pending(q) for q in queues), sum(claims_by_verdict(outputs["ServicingTableName"]).values()), len(Receiver.calls))
         if snapshot[0] == (0, 0) and snapshot[1] >= expected_claims and snapshot == last:
             calm += 1
-            if calm >= 4:
+            if calm >= quiet_polls:
                 return
         else:
             calm = 0
@@ -378,8 +393,15 @@ def main() -> int:
     bodies = deliveries(seed=int(os.environ.get("SEED", "7")), duplicate_share=0.5)
     distinct = len(set(bodies))
     step(f"sending {len(bodies)} deliveries ({distinct} distinct facts, {len(bodies) - distinct} injected duplicates) to the servicing queue")
-    feed(outputs["ServicingQueueUrl"], bodies)
-    wait_quiet(outputs, expected_claims=distinct)
+    # Business days pass between an account's dates: each day's deliveries settle (relay,
+    # collections and the notification call included) before the next day's are sent, as in
+    # production — else a cure sent a second after the worsening it follows would be known
+    # when the notice is due, and the notice rightly superseded.
+    seen: set[str] = set()
+    for day in business_days(bodies):
+        feed(outputs["ServicingQueueUrl"], day)
+        seen.update(day)
+        wait_quiet(outputs, expected_claims=len(seen))
 
     api = Api(outputs["PaymentsApiId"])
     step(f"payments through the deployed API ({len(API_PAYMENTS)} payments, each retried with its Idempotency-Key)")

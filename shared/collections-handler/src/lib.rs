@@ -2,12 +2,23 @@
 //! notification per action out.
 //!
 //! Protocol (see the README's "Collections actions"):
-//! 1. claim `(collections, eventId)` and, when the account entered `DPD_30_59` or worse, record
-//!    the action intent under `actionId` — ONE transaction;
-//! 2. after the commit, call the receiver with `Idempotency-Key: <actionId>`;
-//! 3. record the outcome: `SENT`, `REJECTED` (a definitive 4xx, never retried), or still `PENDING`
+//! 1. read the account's latest change recorded (`DELINQUENCY#collections#<accountId>`);
+//! 2. claim `(collections, eventId)` and, when the change is no older than that one, record it as
+//!    the latest (put only if the stored one is still earlier) and, when it moves to a WORSE bucket
+//!    that is `DPD_30_59` or worse, the action intent `PENDING` under `actionId` — ONE
+//!    transaction. A change older than the latest (the queue is a standard one: a cure can be
+//!    handled before the worsening it follows) is claimed `STALE` and its intent, if any, is
+//!    recorded `SUPERSEDED`: it never calls. An improvement or a cure calls for no action; a cure
+//!    ends the episode, so a relapse after it is a worsening again and notifies;
+//! 3. after the commit, take the lease, read the latest change again — a later change recorded
+//!    since (also on the replay of a pending intent) settles the action `SUPERSEDED` — and call
+//!    the receiver with `Idempotency-Key: <actionId>`;
+//! 4. record the outcome: `SENT`, `REJECTED` (a definitive 4xx, never retried), or still `PENDING`
 //!    with the error (the message is retried; the replay finds the intent pending and executes it
 //!    again with the SAME `actionId`, which the receiver deduplicates).
+//!
+//! Changes of one account are ordered by `occurredAt`, then by `eventId`: the detail carries no
+//! per-account sequence, so the id only makes ties deterministic.
 
 mod config;
 mod notifier;
@@ -16,6 +27,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use servicing_domain::{AccountId, Bucket, Fingerprint, SourceRef};
+use servicing_store::schema::LatestDelinquencyRecord;
 use servicing_store::{
     ActionIntent, ActionStatus, CommitOutcome, Effect, QuarantineEntry, ServicingStore, StoreError,
     UnitOfWork,
@@ -28,6 +40,9 @@ pub use servicing_settings::{ConfigError, FromSettings};
 pub const CONSUMER: &str = "collections";
 /// Claims of this consumer are keyed by the outbox event id under this pseudo source system.
 const CLAIM_SYSTEM: &str = "outbox";
+/// Commits of one change that lose to a concurrent change of its account (read again, judge
+/// again) before the message is retried.
+const COMMIT_ATTEMPTS: u32 = 5;
 
 /// The action of an event after this delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +78,34 @@ pub enum MessageResult {
 struct DelinquencyChanged {
     event_id: String,
     account_id: AccountId,
+    from_bucket: Bucket,
     to_bucket: Bucket,
+    /// `occurredAt`, epoch milliseconds.
+    occurred_at: i64,
     detail: Value,
+}
+
+/// Where a change stands among its account's changes: by `occurredAt`, then by `eventId` (the
+/// same order as the condition of the latest-change put in the store).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ChangeOrder<'a> {
+    occurred_at: i64,
+    event_id: &'a str,
+}
+
+fn order_of(record: &LatestDelinquencyRecord) -> ChangeOrder<'_> {
+    ChangeOrder {
+        occurred_at: record.occurred_at,
+        event_id: &record.event_id,
+    }
+}
+
+/// The recorded change later than `order`, if `latest` is one.
+fn later_than(
+    latest: Option<LatestDelinquencyRecord>,
+    order: &ChangeOrder<'_>,
+) -> Option<LatestDelinquencyRecord> {
+    latest.filter(|l| order_of(l) > *order)
 }
 
 impl DelinquencyChanged {
@@ -80,14 +121,54 @@ impl DelinquencyChanged {
             .to_owned();
         let account_id = AccountId::parse(detail["accountId"].as_str().unwrap_or_default())
             .map_err(|e| format!("detail.accountId: {e}"))?;
-        let to_bucket = serde_json::from_value(detail["toBucket"].clone())
-            .map_err(|_| format!("detail.toBucket is not a bucket: {}", detail["toBucket"]))?;
+        let bucket = |field: &str| {
+            serde_json::from_value::<Bucket>(detail[field].clone())
+                .map_err(|_| format!("detail.{field} is not a bucket: {}", detail[field]))
+        };
+        let to_bucket = bucket("toBucket")?;
+        let from_bucket = bucket("fromBucket")?;
+        let occurred_at = detail["occurredAt"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.timestamp_millis())
+            .ok_or_else(|| {
+                format!(
+                    "detail.occurredAt is not an RFC 3339 time: {}",
+                    detail["occurredAt"]
+                )
+            })?;
         Ok(Some(Self {
             event_id,
             account_id,
+            from_bucket,
             to_bucket,
+            occurred_at,
             detail: detail.clone(),
         }))
+    }
+
+    fn order(&self) -> ChangeOrder<'_> {
+        ChangeOrder {
+            occurred_at: self.occurred_at,
+            event_id: &self.event_id,
+        }
+    }
+
+    /// The contract's rule: a move to a WORSE bucket that is `DPD_30_59` or worse notifies; an
+    /// improvement (e.g. 60-89 -> 30-59 after a partial payment) and a cure do not.
+    fn calls_for_notice(&self) -> bool {
+        self.to_bucket > self.from_bucket && self.to_bucket.needs_collections_action()
+    }
+
+    fn record(&self) -> LatestDelinquencyRecord {
+        LatestDelinquencyRecord::new(
+            CONSUMER,
+            &self.account_id,
+            &self.event_id,
+            self.occurred_at,
+            self.from_bucket,
+            self.to_bucket,
+        )
     }
 
     /// The contract's action id: stable for this event, so every replay uses the same one.
@@ -101,7 +182,7 @@ impl DelinquencyChanged {
     }
 
     fn intent(&self) -> Option<ActionIntent> {
-        self.to_bucket.needs_collections_action().then(|| {
+        self.calls_for_notice().then(|| {
             let action_id = self.action_id();
             ActionIntent {
                 payload: json!({
@@ -236,33 +317,71 @@ impl CollectionsHandler {
             released: false,
             effect: Effect::Intent(intent.as_ref()),
         };
-        let first_time = match self.store.commit(&unit).await {
-            Ok(CommitOutcome::Committed) => true,
-            // The claim was there, or (after a claim expired) the action was: a replay.
-            Ok(CommitOutcome::Duplicate) | Ok(CommitOutcome::BusinessConditionFailed(_)) => false,
-            Ok(CommitOutcome::Collision { stored }) => {
-                let reason = format!(
-                    "collision: event {} was claimed with fingerprint {stored}, this one has {fingerprint}",
-                    event.event_id
-                );
-                return self
-                    .quarantine(message_id, body, "collision", &reason)
+        let record = event.record();
+        let mut attempt = 0;
+        // (first time, superseded at the commit by the later change it names)
+        let (first_time, superseded) = loop {
+            let later = match self.store.latest_change(&event.account_id).await {
+                Ok(latest) => later_than(latest, &event.order()),
+                Err(e) => return retry(e),
+            };
+            match self
+                .store
+                .commit_change(&unit, &record, later.as_ref())
+                .await
+            {
+                Ok(CommitOutcome::Committed) => break (true, later),
+                // The claim was there, or (after a claim expired) the action was: a replay.
+                Ok(CommitOutcome::Duplicate) => break (false, None),
+                Ok(CommitOutcome::Collision { stored }) => {
+                    let reason = format!(
+                        "collision: event {} was claimed with fingerprint {stored}, this one has {fingerprint}",
+                        event.event_id
+                    );
+                    return self
+                        .quarantine(message_id, body, "collision", &reason)
+                        .await;
+                }
+                // A later change of the account was recorded meanwhile, or a concurrent one
+                // touched the same items: judge again on what is stored now.
+                Ok(CommitOutcome::VersionConflict | CommitOutcome::Contended)
+                    if attempt + 1 < COMMIT_ATTEMPTS =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(servicing_store::backoff(
+                        attempt,
+                        std::time::Duration::from_millis(20),
+                    ))
                     .await;
+                }
+                Ok(other) => {
+                    return MessageResult::Retry {
+                        reason: format!("commit not settled: {other:?}"),
+                    };
+                }
+                Err(e) => return retry(e),
             }
-            Ok(other) => {
-                return MessageResult::Retry {
-                    reason: format!("commit not settled: {other:?}"),
-                };
-            }
-            Err(e) => return retry(e),
         };
 
-        let action = match &intent {
-            None => None,
-            Some(intent) => match self.execute_if_pending(&intent.action_id).await {
-                Ok(status) => Some(status),
-                Err(reason) => return MessageResult::Retry { reason },
-            },
+        let action = match (&intent, superseded) {
+            (None, _) => None,
+            (Some(intent), Some(later)) => {
+                tracing::info!(
+                    action_id = intent.action_id,
+                    later = later.event_id,
+                    "a later change was seen first: the notification is superseded"
+                );
+                Some(ActionOutcome {
+                    status: ActionStatus::Superseded,
+                    executed_now: false,
+                })
+            }
+            (Some(intent), None) => {
+                match self.execute_if_pending(&intent.action_id, &event).await {
+                    Ok(status) => Some(status),
+                    Err(reason) => return MessageResult::Retry { reason },
+                }
+            }
         };
         if first_time {
             MessageResult::Handled { action }
@@ -271,9 +390,14 @@ impl CollectionsHandler {
         }
     }
 
-    /// Executes the stored action if it is still pending, under a lease so twin deliveries
-    /// never call at once, and records the outcome.
-    async fn execute_if_pending(&self, action_id: &str) -> Result<ActionOutcome, String> {
+    /// Executes the stored action if it is still pending and no later change of its account has
+    /// been recorded, under a lease so twin deliveries never call at once, and records the
+    /// outcome (`SUPERSEDED` when a later change was recorded: never called).
+    async fn execute_if_pending(
+        &self,
+        action_id: &str,
+        event: &DelinquencyChanged,
+    ) -> Result<ActionOutcome, String> {
         let record = match self.store.action(action_id).await {
             Ok(Some(record)) => record,
             Ok(None) => return Err(format!("action {action_id} is not recorded")),
@@ -285,7 +409,10 @@ impl CollectionsHandler {
                 executed_now: false,
             })
         };
-        if matches!(record.status, ActionStatus::Sent | ActionStatus::Rejected) {
+        if matches!(
+            record.status,
+            ActionStatus::Sent | ActionStatus::Rejected | ActionStatus::Superseded
+        ) {
             return settled(record.status);
         }
         // Long enough for the call and its answer: a twin may take over only after that.
@@ -301,6 +428,28 @@ impl CollectionsHandler {
             }
             Ok(Some(status)) => return settled(status),
             Err(e) => return Err(e.to_string()),
+        }
+        // Decided at call time, under the lease: the customer is no longer where the notice
+        // says once a later change of the account is recorded (a cure handled first, say). A
+        // failed read leaves the lease to run out; the redelivery comes after it.
+        let later = match self.store.latest_change(&event.account_id).await {
+            Ok(latest) => later_than(latest, &event.order()),
+            Err(e) => return Err(e.to_string()),
+        };
+        if let Some(later) = later {
+            if let Err(e) = self
+                .store
+                .supersede_action(action_id, &lease_id, &later)
+                .await
+            {
+                return Err(format!("could not record the action as superseded: {e}"));
+            }
+            tracing::info!(
+                action_id,
+                later = later.event_id,
+                "a later change was recorded before the call: the notification is superseded"
+            );
+            return settled(ActionStatus::Superseded);
         }
         let delivery = self.notifier.send(action_id, &record.payload).await;
         let (status, http, detail) = match &delivery {
@@ -381,6 +530,86 @@ fn lease_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn change(from: &str, to: &str, occurred_at: &str, event_id: &str) -> DelinquencyChanged {
+        let envelope = json!({"detail-type": "DelinquencyChanged", "detail": {
+            "eventId": event_id, "accountId": "acc_1", "occurredAt": occurred_at,
+            "fromBucket": from, "toBucket": to, "dpd": 30}});
+        DelinquencyChanged::parse(&envelope)
+            .expect("valid")
+            .expect("a DelinquencyChanged")
+    }
+
+    #[test]
+    fn when_the_bucket_moves_should_notify_only_a_worsening_into_30_days_or_more() {
+        let notifies = |from, to| change(from, to, "2026-10-01T00:00:00Z", "e").calls_for_notice();
+        for (from, to) in [
+            ("DPD_1_29", "DPD_30_59"),
+            ("CURRENT", "DPD_30_59"),
+            ("DPD_30_59", "DPD_60_89"),
+            ("DPD_60_89", "DPD_90_PLUS"),
+            ("CURRENT", "DPD_90_PLUS"),
+        ] {
+            assert!(notifies(from, to), "{from} -> {to}");
+        }
+        for (from, to) in [
+            ("CURRENT", "DPD_1_29"),
+            ("DPD_60_89", "DPD_30_59"),
+            ("DPD_90_PLUS", "DPD_60_89"),
+            ("DPD_30_59", "DPD_1_29"),
+            ("DPD_30_59", "CURRENT"),
+            ("DPD_90_PLUS", "CURRENT"),
+        ] {
+            assert!(!notifies(from, to), "{from} -> {to}");
+        }
+    }
+
+    #[test]
+    fn when_changes_are_ordered_should_go_by_occurred_at_then_event_id() {
+        let worse = change("DPD_1_29", "DPD_30_59", "2026-10-31T23:59:59Z", "evt_b");
+        let cure = change("DPD_30_59", "CURRENT", "2026-11-03T10:00:00Z", "evt_a");
+        assert!(worse.order() < cure.order(), "occurredAt first");
+        // Sub-second and offset forms compare by instant, not by text.
+        let fraction = change("DPD_1_29", "DPD_30_59", "2026-10-31T23:59:59.5Z", "evt_a");
+        let offset = change(
+            "DPD_1_29",
+            "DPD_30_59",
+            "2026-11-01T00:59:59+01:00",
+            "evt_c",
+        );
+        assert!(worse.order() < fraction.order());
+        assert!(
+            offset.order() > worse.order(),
+            "same instant: the event id breaks the tie"
+        );
+        let recorded = cure.record();
+        assert_eq!(
+            later_than(Some(recorded.clone()), &worse.order()),
+            Some(recorded)
+        );
+        assert_eq!(
+            later_than(Some(worse.record()), &worse.order()),
+            None,
+            "itself is not later"
+        );
+        assert_eq!(later_than(Some(worse.record()), &cure.order()), None);
+    }
+
+    #[test]
+    fn when_a_detail_lacks_its_from_bucket_or_time_should_refuse_it() {
+        let mut envelope = json!({"detail-type": "DelinquencyChanged", "detail": {
+            "eventId": "e", "accountId": "acc_1", "occurredAt": "yesterday",
+            "fromBucket": "DPD_1_29", "toBucket": "DPD_30_59"}});
+        let err = DelinquencyChanged::parse(&envelope).expect_err("bad time");
+        assert!(err.contains("occurredAt"), "{err}");
+        envelope["detail"]["occurredAt"] = json!("2026-10-01T00:00:00Z");
+        envelope["detail"]
+            .as_object_mut()
+            .expect("detail")
+            .remove("fromBucket");
+        let err = DelinquencyChanged::parse(&envelope).expect_err("no from");
+        assert!(err.contains("fromBucket"), "{err}");
+    }
 
     #[test]
     fn when_a_batch_is_counted_should_count_only_the_calls_it_made_as_actions() {

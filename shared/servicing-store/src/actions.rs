@@ -1,11 +1,17 @@
-//! The collections action store: intents, leases and outcomes of external calls.
+//! The collections action store: intents, leases and outcomes of external calls, and the
+//! latest delinquency change of each account that decides whether an intent still stands.
 
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
-use servicing_domain::AccountId;
+use std::collections::HashMap;
 
-use crate::errors::{classify, classify_service};
-use crate::items::{self, n, s};
-use crate::{ServicingStore, StoreError, now_epoch};
+use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
+use servicing_domain::{AccountId, Fingerprint};
+
+use crate::combine::Answer;
+use crate::conditions::{CREATE_ONLY, Condition};
+use crate::errors::{classify, classify_service, invalid_request, refuses_the_request};
+use crate::items::{self, Verdict, n, s};
+use crate::schema::{ActionItem, LatestDelinquencyRecord};
+use crate::{CommitOutcome, Effect, ServicingStore, StoreError, UnitOfWork, now_epoch};
 
 /// An external action to execute after the commit, under a stable id that is also the
 /// downstream idempotency key.
@@ -30,6 +36,9 @@ pub enum ActionStatus {
     Sent,
     /// The receiver refused it definitively (a 4xx): recorded, not retried.
     Rejected,
+    /// Never executed: a later delinquency change of the account was recorded before the call
+    /// (the customer no longer is where the notice would say). Settled, never called.
+    Superseded,
 }
 
 impl ActionStatus {
@@ -39,6 +48,7 @@ impl ActionStatus {
             ActionStatus::Sending => "SENDING",
             ActionStatus::Sent => "SENT",
             ActionStatus::Rejected => "REJECTED",
+            ActionStatus::Superseded => "SUPERSEDED",
         }
     }
 
@@ -48,6 +58,7 @@ impl ActionStatus {
             ActionStatus::Sending,
             ActionStatus::Sent,
             ActionStatus::Rejected,
+            ActionStatus::Superseded,
         ]
         .into_iter()
         .find(|s| s.as_str() == value)
@@ -187,4 +198,204 @@ impl ServicingStore {
             },
         }
     }
+}
+
+/// What each item of a delinquency change's transaction stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Claim,
+    Action,
+    Latest,
+}
+
+impl ServicingStore {
+    /// The account's latest delinquency change recorded by this consumer (consistent read).
+    #[tracing::instrument(skip_all, fields(account = %account))]
+    pub async fn latest_change(
+        &self,
+        account: &AccountId,
+    ) -> Result<Option<LatestDelinquencyRecord>, StoreError> {
+        let key = LatestDelinquencyRecord::key(&self.config.consumer, account);
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        got.item.map(crate::schema::from_item).transpose()
+    }
+
+    /// Commits a delinquency change as ONE `TransactWriteItems`: the claim of `unit` (a
+    /// downstream consumer's, `Effect::Intent`) and, when `superseded_by` is `None` (no later
+    /// change was read), its intent `PENDING` and `change` as the account's latest, put only if
+    /// the stored one is still earlier (by `occurredAt`, then `eventId`) or this very change.
+    /// When a later change was read, the claim is `STALE` and the intent is recorded
+    /// `SUPERSEDED`, never to be executed. `VersionConflict`: a later change was recorded
+    /// after the read — read again, judge again.
+    #[tracing::instrument(skip_all, fields(event_id = %change.event_id))]
+    pub async fn commit_change(
+        &self,
+        unit: &UnitOfWork<'_>,
+        change: &LatestDelinquencyRecord,
+        superseded_by: Option<&LatestDelinquencyRecord>,
+    ) -> Result<CommitOutcome, StoreError> {
+        let (now, now_millis) = now_epoch();
+        let expires_at = now + self.config.claim_retention.as_secs() as i64;
+        let verdict = match superseded_by {
+            None => Verdict::Applied,
+            Some(_) => Verdict::Stale,
+        };
+        let claim = items::claim_item(&self.config.consumer, unit, verdict, now, expires_at)?;
+        let claim = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(claim))
+            .condition_expression("attribute_not_exists(pk) OR expiresAt < :now")
+            .expression_attribute_values(":now", n(now))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(invalid_request)?;
+        let mut parts = vec![Part::Claim];
+        let mut transaction = vec![TransactWriteItem::builder().put(claim).build()];
+        if let Effect::Intent(Some(intent)) = unit.effect {
+            let pending = items::action_item(intent, now)?;
+            let item = match superseded_by {
+                None => pending,
+                Some(later) => crate::schema::to_item(&ActionItem {
+                    status: ActionStatus::Superseded.as_str().into(),
+                    last_detail: Some(superseded_detail(later)),
+                    updated_at: Some(now_millis),
+                    ..crate::schema::from_item(pending)?
+                })?,
+            };
+            parts.push(Part::Action);
+            transaction.push(self.put(item, Some(CREATE_ONLY))?);
+        }
+        if superseded_by.is_none() {
+            let (pk, sk) = LatestDelinquencyRecord::key(&self.config.consumer, unit.account_id);
+            let record = LatestDelinquencyRecord {
+                pk,
+                sk,
+                updated_at: now,
+                ..change.clone()
+            };
+            // Only forward: none yet, or the stored one is earlier (or is this very change).
+            let condition: Condition = (
+                "attribute_not_exists(pk) OR #at < :at OR (#at = :at AND #event <= :event)",
+                Some(HashMap::from([
+                    ("#at".to_owned(), "occurredAt".to_owned()),
+                    ("#event".to_owned(), "eventId".to_owned()),
+                ])),
+                Some(HashMap::from([
+                    (":at".to_owned(), n(change.occurred_at)),
+                    (":event".to_owned(), s(&change.event_id)),
+                ])),
+            );
+            parts.push(Part::Latest);
+            transaction.push(self.put(crate::schema::to_item(&record)?, Some(condition))?);
+        }
+        let reasons = match self.combiner.send(transaction).await? {
+            Answer::Committed => return Ok(CommitOutcome::Committed),
+            Answer::Withdrawn => return Ok(CommitOutcome::Contended),
+            Answer::Cancelled(reasons) => reasons,
+        };
+        let (mut claimed, mut acted, mut moved, mut contended) = (None, false, false, false);
+        for (reason, part) in reasons.iter().zip(&parts) {
+            match (part, reason.code().unwrap_or("None")) {
+                (_, "None") => {}
+                (Part::Claim, "ConditionalCheckFailed") => {
+                    let stored = reason
+                        .item()
+                        .and_then(|item| items::string(item, items::FINGERPRINT))
+                        .map(|f| Fingerprint::from_stored(f.to_owned()))
+                        .ok_or_else(|| {
+                            StoreError::Corrupt(
+                                "refused claim came back without its fingerprint".into(),
+                            )
+                        })?;
+                    claimed = Some(if &stored == unit.fingerprint {
+                        CommitOutcome::Duplicate
+                    } else {
+                        CommitOutcome::Collision { stored }
+                    });
+                }
+                // Only this change writes its action: it was committed before and its claim
+                // has expired since — a duplicate.
+                (Part::Action, "ConditionalCheckFailed") => acted = true,
+                (Part::Latest, "ConditionalCheckFailed") => moved = true,
+                (_, "TransactionConflict") => contended = true,
+                _ => {}
+            }
+        }
+        if let Some(outcome) = claimed {
+            return Ok(outcome);
+        }
+        if acted {
+            return Ok(CommitOutcome::Duplicate);
+        }
+        if moved {
+            return Ok(CommitOutcome::VersionConflict);
+        }
+        if contended {
+            return Ok(CommitOutcome::Contended);
+        }
+        let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
+        Err(if codes.iter().any(|c| refuses_the_request(c)) {
+            StoreError::Rejected(format!("transaction cancelled: {codes:?}"))
+        } else {
+            StoreError::Transient(format!("transaction cancelled: {codes:?}"))
+        })
+    }
+
+    /// Settles a leased action as `SUPERSEDED` without calling (`later`, a later change of its
+    /// account, was recorded), releasing the lease. Only the lease holder records it, as an
+    /// outcome.
+    #[tracing::instrument(skip_all, fields(action_id))]
+    pub async fn supersede_action(
+        &self,
+        action_id: &str,
+        lease_id: &str,
+        later: &LatestDelinquencyRecord,
+    ) -> Result<(), StoreError> {
+        let (_, now_millis) = now_epoch();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::action_key(action_id))))
+            .update_expression(
+                "SET #status = :superseded, lastDetail = :detail, updatedAt = :now \
+                 REMOVE leaseId, leaseUntil",
+            )
+            .condition_expression(
+                "attribute_exists(pk) AND #status = :sending AND leaseId = :lease",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":superseded", s(ActionStatus::Superseded.as_str()))
+            .expression_attribute_values(":sending", s(ActionStatus::Sending.as_str()))
+            .expression_attribute_values(":lease", s(lease_id))
+            .expression_attribute_values(":detail", s(superseded_detail(later)))
+            .expression_attribute_values(":now", n(now_millis))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => match e.into_service_error() {
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => {
+                    tracing::warn!("the lease ran out and another delivery took the action over");
+                    Ok(())
+                }
+                other => Err(classify_service(other)),
+            },
+        }
+    }
+}
+
+fn superseded_detail(later: &LatestDelinquencyRecord) -> String {
+    format!(
+        "superseded by {} ({} -> {}, occurredAt {} ms)",
+        later.event_id, later.from_bucket, later.to_bucket, later.occurred_at
+    )
 }

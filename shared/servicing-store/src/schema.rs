@@ -3,7 +3,7 @@
 //! that names their attributes (`infra/schema.md`).
 
 use serde::{Deserialize, Serialize};
-use servicing_domain::SourceRef;
+use servicing_domain::{AccountId, Bucket, SourceRef};
 
 use crate::StoreError;
 use crate::items::Item;
@@ -193,6 +193,62 @@ pub struct ActionItem {
 
 impl ActionItem {
     pub const ITEM_TYPE: &'static str = "ACTION";
+}
+
+/// The latest `DelinquencyChanged` of an account that collections has seen, by `occurredAt`
+/// then `eventId`: put with the claim of that change, conditioned on being the later one, so it
+/// only moves forward; an action is executed only while no later change is recorded here
+/// (`actions.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LatestDelinquencyRecord {
+    pub pk: String,
+    pub sk: String,
+    pub item_type: String,
+    pub account_id: String,
+    /// The change's event.
+    pub event_id: String,
+    /// The change's `occurredAt`, epoch milliseconds (compared in the put's condition).
+    pub occurred_at: i64,
+    pub from_bucket: String,
+    pub to_bucket: String,
+    /// Epoch seconds.
+    pub updated_at: i64,
+}
+
+impl LatestDelinquencyRecord {
+    pub const ITEM_TYPE: &'static str = "DELINQUENCY_LATEST";
+
+    /// `(pk, sk)`: one per account and consumer.
+    pub fn key(consumer: &str, account: &AccountId) -> (String, String) {
+        (
+            format!("DELINQUENCY#{consumer}#{account}"),
+            "LATEST".to_owned(),
+        )
+    }
+
+    /// The record of one change (`occurred_at` in epoch ms; `updated_at` is set on write).
+    pub fn new(
+        consumer: &str,
+        account: &AccountId,
+        event_id: &str,
+        occurred_at: i64,
+        from: Bucket,
+        to: Bucket,
+    ) -> Self {
+        let (pk, sk) = Self::key(consumer, account);
+        Self {
+            pk,
+            sk,
+            item_type: Self::ITEM_TYPE.into(),
+            account_id: account.as_str().into(),
+            event_id: event_id.into(),
+            occurred_at,
+            from_bucket: from.as_str().into(),
+            to_bucket: to.as_str().into(),
+            updated_at: 0,
+        }
+    }
 }
 
 /// `record` as a table item.
