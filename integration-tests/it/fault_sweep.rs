@@ -9,7 +9,7 @@
 
 use futures_util::StreamExt;
 use integration_tests::faults::{Fault, FaultPlan};
-use integration_tests::generate::{business_stream, deliveries, early_delivery};
+use integration_tests::generate::ordering_case;
 use integration_tests::servicing::{Servicing, sqs_message};
 use integration_tests::{Engine, Rng, record_figure};
 use servicing_consumer::{AccountStateHandler, MessageResult};
@@ -32,17 +32,7 @@ struct Case {
 fn case(seed: u64, tag: &str) -> Case {
     let mut rng = Rng(seed * 2_654_435_761 + 29);
     let accounts: Vec<String> = (0..3).map(|a| format!("acc_s{seed}_{tag}_{a}")).collect();
-    let mut ledger = Ledger::new();
-    let mut early = Vec::new();
-    for account in &accounts {
-        let (facts, blocks) = business_stream(&mut rng, account);
-        for f in &facts {
-            ledger.ingest(f.to_string().as_bytes());
-        }
-        early.push(early_delivery(&mut rng, &facts, &blocks));
-    }
-    let fifo = seed.is_multiple_of(2);
-    let bodies = deliveries(&mut rng, early, fifo);
+    let (ledger, bodies) = ordering_case(&mut rng, &accounts, seed.is_multiple_of(2));
     Case {
         accounts,
         bodies,

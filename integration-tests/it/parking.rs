@@ -5,16 +5,13 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use integration_tests::generate::{
-    business_stream, deliveries, early_delivery, fee, open, pay, reverse,
-};
+use integration_tests::generate::{fee, open, ordering_case, pay, reverse};
 use integration_tests::servicing::{Servicing, sqs_message};
 use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, BatchCounts, MessageResult};
 
 use integration_tests::faults::{Fault, FaultPlan};
-use servicing_domain::Ledger;
 
 on_both_engines!(
     when_dependent_facts_arrive_early_in_any_batch_cut_should_reach_the_in_order_ledger_state,
@@ -111,16 +108,7 @@ async fn when_dependent_facts_arrive_early_in_any_batch_cut_should_reach_the_in_
             let mut rng = Rng(seed * 2_654_435_761 + 17);
             let fifo = seed % 2 == 0;
             let accounts: Vec<String> = (0..3).map(|a| format!("acc_p{seed}_{a}")).collect();
-            let mut ledger = Ledger::new();
-            let mut early = Vec::new();
-            for account in &accounts {
-                let (facts, blocks) = business_stream(&mut rng, account);
-                for f in &facts {
-                    ledger.ingest(f.to_string().as_bytes());
-                }
-                early.push(early_delivery(&mut rng, &facts, &blocks));
-            }
-            let bodies = deliveries(&mut rng, early, fifo);
+            let (ledger, bodies) = ordering_case(&mut rng, &accounts, fifo);
             let faults = FaultPlan::default();
             let handler = servicing.faulty_handler(servicing.config(), &faults);
             let counts =

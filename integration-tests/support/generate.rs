@@ -3,6 +3,7 @@
 //! ordering property, the fault sweep and the model-based test draw their cases from here.
 
 use serde_json::{Value, json};
+use servicing_domain::Ledger;
 
 use crate::Rng;
 
@@ -163,4 +164,21 @@ pub fn deliveries(rng: &mut Rng, per_account: Vec<Vec<Value>>, fifo: bool) -> Ve
         out.insert(at, copy.to_string());
     }
     out
+}
+
+/// The ordering property's case: each account's business stream (ingested in business order
+/// by the returned ledger, the expected result), its early delivery, and the queue's bodies
+/// (FIFO or standard order, duplicates injected).
+pub fn ordering_case(rng: &mut Rng, accounts: &[String], fifo: bool) -> (Ledger, Vec<String>) {
+    let mut ledger = Ledger::new();
+    let mut early = Vec::new();
+    for account in accounts {
+        let (facts, blocks) = business_stream(rng, account);
+        for f in &facts {
+            ledger.ingest(f.to_string().as_bytes());
+        }
+        early.push(early_delivery(rng, &facts, &blocks));
+    }
+    let bodies = deliveries(rng, early, fifo);
+    (ledger, bodies)
 }
