@@ -2,7 +2,8 @@
 //! for each generated stream (the ordering property's: facts that wait for another delivered
 //! early, duplicates injected, random batch cuts), a clean run counts the DynamoDB requests it
 //! makes; then, for every request number N of that run and every fault kind — throttling past
-//! the SDK's retries, a 5xx, a commit whose response is lost — a fresh run faults request N
+//! the SDK's retries, a 5xx, a commit whose response is lost, a commit cancelled by a
+//! concurrent transaction — a fresh run faults request N
 //! (whatever its kind: a read, a commit, a release's commit, a quarantine write) and
 //! redelivers what it reports failed, as SQS would. Every run must end in the in-memory
 //! ledger's state: balances, allocations, outbox events, claims, nothing left parked.
@@ -19,7 +20,14 @@ on_both_engines!(when_any_request_of_a_run_fails_should_still_reach_the_ledger_s
 
 /// Generated streams per engine.
 const STREAMS: u64 = 8;
-const KINDS: [Fault; 3] = [Fault::Throttle, Fault::ServerError, Fault::LoseResponse];
+const KINDS: [Fault; 4] = [
+    Fault::Throttle,
+    Fault::ServerError,
+    Fault::LoseResponse,
+    // Taken by a commit only (a read answers it as a throttle would): DynamoDB's cancellation
+    // by a concurrent transaction, which no local engine produces.
+    Fault::TransactionConflict,
+];
 
 /// One generated case: its accounts (named after `tag`, so runs share a table), the queue's
 /// bodies and the ledger's in-order result.
@@ -146,6 +154,6 @@ async fn when_any_request_of_a_run_fails_should_still_reach_the_ledger_state(eng
             .await;
     }
     record_figure(&format!(
-        "fault sweep ({engine:?}): {runs} faulted runs over {STREAMS} generated streams, every request index × {{throttle, 5xx, lost response}}"
+        "fault sweep ({engine:?}): {runs} faulted runs over {STREAMS} generated streams, every request index × {{throttle, 5xx, lost response, transaction conflict}}"
     ));
 }

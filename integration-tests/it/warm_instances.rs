@@ -19,6 +19,7 @@ on_both_engines!(
     when_the_reconciler_expired_a_fact_a_warm_instance_holds_parked_should_judge_its_resend_again,
     when_the_reconciler_empties_a_loan_item_should_never_repeat_its_version,
     when_dynamodb_refuses_a_released_fact_should_quarantine_it_and_not_the_next_event,
+    when_only_the_loan_item_is_written_and_refused_should_not_count_as_committed,
     when_instances_and_the_reconciler_interleave_should_match_the_ledger_at_every_step,
 );
 
@@ -174,6 +175,58 @@ async fn when_dynamodb_refuses_a_released_fact_should_quarantine_it_and_not_the_
         )
         .await,
         [MessageResult::Applied]
+    );
+}
+
+async fn when_only_the_loan_item_is_written_and_refused_should_not_count_as_committed(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let faults = FaultPlan::default();
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
+    let a = "acc_loan_only";
+    // A reversal before its account's opening, of a payment that is not there yet.
+    assert_eq!(
+        process(&handler, &[("r", reverse(a, "rev-1", "pay-1", 4, 700))]).await,
+        [MessageResult::Parked]
+    );
+    // The opening releases it, and it parks again (now for its payment): a group of its own
+    // that writes only the loan item once the first group was refused as a request and split.
+    // Request 0 reads the payment, 1 commits opening + release (refused), 2 the opening alone,
+    // 3 the release alone: cancelled by a concurrent transaction.
+    faults.at_request(1, Fault::Invalid);
+    faults.at_request(3, Fault::TransactionConflict);
+    let results = process(&handler, &[("o", open(a))]).await;
+    assert_eq!(faults.pending(), 0, "both faults taken");
+    assert_eq!(results, [MessageResult::Applied]);
+    // Cancelled is not committed: it was written again, nothing is left ready.
+    let loan = servicing
+        .store("account-state")
+        .load(&servicing_domain::AccountId::parse(a).expect("id"), &[])
+        .await
+        .expect("load")
+        .loan
+        .expect("loan");
+    let parked: Vec<_> = loan.parked.iter().map(|f| f.awaits.is_some()).collect();
+    assert_eq!(
+        parked,
+        [true],
+        "rev-1 waits for its payment: {:?}",
+        loan.parked
+    );
+    assert_eq!(
+        loan.version, 3,
+        "parked, opened, judged again (parked for its payment)"
+    );
+    // And the payment, when it comes, releases it for good.
+    assert_eq!(
+        process(&servicing.handler(), &[("p", pay(a, "pay-1", 3, 700))]).await,
+        [MessageResult::Applied]
+    );
+    let (account, _) = servicing.loan(a).await.expect("loan");
+    assert_eq!(
+        account.principal_outstanding_minor, 100_000,
+        "paid, then reversed"
     );
 }
 

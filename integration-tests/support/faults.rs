@@ -183,6 +183,10 @@ impl HttpConnector for FaultyConnector {
             Some(Fault::Invalid) => {
                 HttpConnectorFuture::ready(Ok(answer("ValidationException", json!({}))))
             }
+            // Only transactions are cancelled; a read armed with it is throttled instead.
+            Some(Fault::TransactionConflict) if !commit => {
+                HttpConnectorFuture::ready(Ok(answer("ThrottlingException", json!({}))))
+            }
             Some(Fault::TransactionConflict) => {
                 // One reason per item, as DynamoDB answers: the first item conflicted.
                 let items = request

@@ -207,6 +207,10 @@ impl<'p, 'a> AccountRun<'p, 'a> {
     ) -> Result<Refused, StoreError> {
         let mut refused = Refused::default();
         let mut moved = false;
+        if group.members_with_units(self.pending).next().is_none() {
+            // Only the loan item was written (a released fact parked again): its one outcome.
+            moved = !matches!(outcomes.first(), Some(CommitOutcome::Withdrawn));
+        }
         for (member, outcome) in group.members_with_units(self.pending).zip(outcomes) {
             let index = match &member.subject {
                 Subject::Pending(index) => Some(*index),

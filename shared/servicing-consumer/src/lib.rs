@@ -352,6 +352,11 @@ impl AccountStateHandler {
                             self.fail(run, e).await;
                         }
                     }
+                    // Refused again: retried (and dead-lettered), never blamed on a neighbour.
+                    Err(StoreError::Rejected(why)) => {
+                        let e = StoreError::Transient(format!("{lost}: {why}"));
+                        self.fail(run, e).await;
+                    }
                     Err(e) => self.fail(run, e).await,
                 }
             }

@@ -153,6 +153,8 @@ impl ServicingStore {
     /// Commits the units of ONE account (in order, each judged on the state its predecessors
     /// leave) and its loan write in ONE `TransactWriteItems` (which concurrent commits of other
     /// accounts may share). One outcome per unit, in order: all `Committed`, or none committed.
+    /// Without units (only the loan item changes: a released fact parked again), one outcome
+    /// for the loan write itself — never an empty answer, which would read as "all committed".
     #[tracing::instrument(skip_all, fields(units = units.len()))]
     pub async fn commit_all(
         &self,
@@ -161,9 +163,10 @@ impl ServicingStore {
     ) -> Result<Vec<CommitOutcome>, StoreError> {
         let (now, now_millis) = now_epoch();
         let transaction = self.transaction_items(units, loan, now, now_millis)?;
+        let answers = units.len().max(1);
         let outcomes = match self.combiner.send(transaction.items).await? {
-            crate::combine::Answer::Committed => vec![CommitOutcome::Committed; units.len()],
-            crate::combine::Answer::Withdrawn => vec![CommitOutcome::Withdrawn; units.len()],
+            crate::combine::Answer::Committed => vec![CommitOutcome::Committed; answers],
+            crate::combine::Answer::Withdrawn => vec![CommitOutcome::Withdrawn; answers],
             crate::combine::Answer::Cancelled(reasons) => {
                 map_cancellation(&reasons, &transaction.roles, units)?
             }
@@ -429,6 +432,9 @@ fn map_cancellation(
             StoreError::Transient(format!("transaction cancelled: {codes:?}"))
         });
     };
+    if units.is_empty() {
+        return Ok(vec![others]);
+    }
     Ok(refused
         .into_iter()
         .map(|outcome| outcome.unwrap_or_else(|| others.clone()))
