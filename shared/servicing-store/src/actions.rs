@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
-use servicing_domain::{AccountId, Fingerprint};
+use servicing_domain::AccountId;
 
 use crate::combine::Answer;
 use crate::conditions::{CREATE_ONLY, Condition};
@@ -306,20 +306,7 @@ impl ServicingStore {
             match (part, reason.code().unwrap_or("None")) {
                 (_, "None") => {}
                 (Part::Claim, "ConditionalCheckFailed") => {
-                    let stored = reason
-                        .item()
-                        .and_then(|item| items::string(item, items::FINGERPRINT))
-                        .map(|f| Fingerprint::from_stored(f.to_owned()))
-                        .ok_or_else(|| {
-                            StoreError::Corrupt(
-                                "refused claim came back without its fingerprint".into(),
-                            )
-                        })?;
-                    claimed = Some(if &stored == unit.fingerprint {
-                        CommitOutcome::Duplicate
-                    } else {
-                        CommitOutcome::Collision { stored }
-                    });
+                    claimed = Some(crate::commit::refused_claim(reason, unit.fingerprint)?);
                 }
                 // Only this change writes its action: it was committed before and its claim
                 // has expired since — a duplicate.

@@ -348,6 +348,26 @@ impl Transaction {
     }
 }
 
+/// A claim refused with its stored item (`ALL_OLD`): a duplicate of `fingerprint`, or a
+/// collision with the fingerprint stored.
+pub(crate) fn refused_claim(
+    reason: &CancellationReason,
+    fingerprint: &Fingerprint,
+) -> Result<CommitOutcome, StoreError> {
+    let stored = reason
+        .item()
+        .and_then(|item| items::string(item, items::FINGERPRINT))
+        .map(|f| Fingerprint::from_stored(f.to_owned()))
+        .ok_or_else(|| {
+            StoreError::Corrupt("refused claim came back without its fingerprint".into())
+        })?;
+    Ok(if &stored == fingerprint {
+        CommitOutcome::Duplicate
+    } else {
+        CommitOutcome::Collision { stored }
+    })
+}
+
 /// Maps the reasons of a cancelled transaction to one outcome per unit. A refused claim wins
 /// for its unit: the fact was judged before. So does a refused item that only this fact could
 /// have written (its allocation, outbox event or action, or its own mark on the payment it
@@ -370,20 +390,7 @@ fn map_cancellation(
         match (role, code) {
             (_, "None") => {}
             (Role::Claim(i), "ConditionalCheckFailed") => {
-                let stored = reason
-                    .item()
-                    .and_then(|item| items::string(item, items::FINGERPRINT))
-                    .map(|f| Fingerprint::from_stored(f.to_owned()))
-                    .ok_or_else(|| {
-                        StoreError::Corrupt(
-                            "refused claim came back without its fingerprint".into(),
-                        )
-                    })?;
-                refused[*i] = Some(if &stored == units[*i].fingerprint {
-                    CommitOutcome::Duplicate
-                } else {
-                    CommitOutcome::Collision { stored }
-                });
+                refused[*i] = Some(refused_claim(reason, units[*i].fingerprint)?);
             }
             (Role::Loan, "ConditionalCheckFailed") => loan_moved = true,
             (Role::Condition(i), "ConditionalCheckFailed") => condition_failed[*i] = true,
