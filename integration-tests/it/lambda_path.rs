@@ -21,18 +21,29 @@ use crate::collections::Receiver;
 async fn send_duplicated(sqs: &aws_sdk_sqs::Client, queue_url: &str, streams: &[&str]) -> usize {
     let mut sent = 0;
     for name in streams {
-        let sample = fixture(&format!("{name}.jsonl"));
-        let lines: Vec<String> = sample
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(str::to_owned)
-            .collect();
-        let mut stream = lines.clone();
-        stream.extend(lines.iter().step_by(3).cloned());
-        send_in_order(sqs, queue_url, &stream).await;
-        sent += stream.len();
+        sent += send_lines_duplicated(sqs, queue_url, &sample_lines(name)).await;
     }
     sent
+}
+
+fn sample_lines(name: &str) -> Vec<String> {
+    fixture(&format!("{name}.jsonl"))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The lines in order, then every third again (duplicates).
+async fn send_lines_duplicated(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    lines: &[String],
+) -> usize {
+    let mut stream = lines.to_vec();
+    stream.extend(lines.iter().step_by(3).cloned());
+    send_in_order(sqs, queue_url, &stream).await;
+    stream.len()
 }
 
 async fn sqs_mapping(lambda: &aws_sdk_lambda::Client, function: &str, queue_arn: &str) {
@@ -239,7 +250,20 @@ async fn when_samples_flow_through_the_whole_deployed_pipeline_should_notify_exa
     .await;
     sqs_mapping(&lambda, &collections, &collections_arn).await;
 
-    send_duplicated(&sqs, &servicing_url, &["basic", "delinquent"]).await;
+    send_duplicated(&sqs, &servicing_url, &["basic"]).await;
+    // Business days pass between the delinquent account's worsening and the payment that cures
+    // it (its last line): sent at once, the cure would be known when the notice is due, and
+    // rightly supersede it (contract: collections episodes). Its day comes once the notice went.
+    let delinquent = sample_lines("delinquent");
+    let (until_cure, cure) = delinquent.split_at(delinquent.len() - 1);
+    send_lines_duplicated(&sqs, &servicing_url, until_cure).await;
+    for _ in 0..180 {
+        if !receiver.keys().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    send_lines_duplicated(&sqs, &servicing_url, cure).await;
 
     // Quiet: both queues drained, both accounts at their final version, one notification seen,
     // and nothing more arriving for a few more polls.
