@@ -187,16 +187,7 @@ impl ServicingStore {
             .expression_attribute_values(":now", n(now_millis))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => match e.into_service_error() {
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => {
-                    tracing::warn!("the lease ran out and another delivery took the action over");
-                    Ok(())
-                }
-                other => Err(classify_service(other)),
-            },
-        }
+        lease_holders_write(result)
     }
 }
 
@@ -367,16 +358,29 @@ impl ServicingStore {
             .expression_attribute_values(":now", n(now_millis))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => match e.into_service_error() {
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => {
-                    tracing::warn!("the lease ran out and another delivery took the action over");
-                    Ok(())
-                }
-                other => Err(classify_service(other)),
-            },
-        }
+        lease_holders_write(result)
+    }
+}
+
+/// A write only the lease holder may make: refused, the lease ran out and another delivery
+/// took the action over (its outcome is that delivery's to record).
+fn lease_holders_write<T>(
+    result: Result<
+        T,
+        aws_sdk_dynamodb::error::SdkError<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+        >,
+    >,
+) -> Result<(), StoreError> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) => match e.into_service_error() {
+            aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => {
+                tracing::warn!("the lease ran out and another delivery took the action over");
+                Ok(())
+            }
+            other => Err(classify_service(other)),
+        },
     }
 }
 
