@@ -25,10 +25,29 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 
 REQUESTS = {"count": 0}
+# One JSON line per request and its answer, for the Rust bench's capacity meter
+# (integration-tests/support/capacity.rs charges both sides by the same rules).
+CAPACITY_LOG = []
 
 
 def count_request(**_):
     REQUESTS["count"] += 1
+
+
+def keep_request(params, context, model, **_):
+    context["capacity_request"] = params.get("body", b"")
+
+
+def log_answer(http_response, context, model, **_):
+    body = context.get("capacity_request", b"")
+    try:
+        request = json.loads(body or b"{}")
+        response = json.loads(http_response.content or b"{}")
+    except ValueError:
+        return
+    if http_response.status_code >= 500:
+        return
+    CAPACITY_LOG.append(json.dumps({"operation": model.name, "request": request, "response": response}))
 
 
 class Context:
@@ -48,6 +67,8 @@ def build(endpoint: str, business_table: str, idempotency_table: str):
     client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1",
                           aws_access_key_id="test", aws_secret_access_key="test")
     client.meta.events.register("before-send.dynamodb.*", count_request)
+    client.meta.events.register("before-call.dynamodb.*", keep_request)
+    client.meta.events.register("after-call.dynamodb.*", log_answer)
     persistence = DynamoDBPersistenceLayer(table_name=idempotency_table, boto3_client=client)
     config = IdempotencyConfig(
         event_key_jmespath="[sourceSystem, sourceEventId]",
@@ -133,6 +154,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--endpoint", default=os.environ.get("DYNAMODB_LOCAL_ENDPOINT"))
     parser.add_argument("--accounts-out", help="write final account states here (for agreement checks)")
+    parser.add_argument("--capacity-log", help="write every DynamoDB request and answer here (JSON Lines)")
     args = parser.parse_args()
 
     suffix = uuid.uuid4().hex[:8]
@@ -162,6 +184,9 @@ def main() -> None:
         failures += len(response.get("batchItemFailures", []))
     elapsed = time.perf_counter() - started
     requests = REQUESTS["count"]
+    if args.capacity_log:
+        with open(args.capacity_log, "w") as out:
+            out.write("\n".join(CAPACITY_LOG))
 
     if args.accounts_out:
         accounts = sorted({json.loads(b)["accountId"] for b in bodies})

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::process::Command;
 use std::time::Instant;
 
+use integration_tests::capacity::{Capacity, CapacityMeter};
 use integration_tests::servicing::{Servicing, sqs_message};
 use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
@@ -207,6 +208,10 @@ struct Figures {
     requests_per_duplicate: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// Capacity units by AWS's rules (`integration_tests::capacity`), per first-time fact and
+    /// per duplicate, and the first-time fact's write units by item type.
+    capacity_per_first: Capacity,
+    capacity_per_duplicate: Capacity,
     /// Lowest and highest events/s over the repeats (set by `median_run`).
     range: (f64, f64),
 }
@@ -240,6 +245,7 @@ async fn run_ours(
     let mut latencies = Vec::new();
     let mut results = Vec::new();
     servicing.requests.reset();
+    servicing.capacity.reset();
     let started = Instant::now();
     for (n, chunk) in stream.chunks(batch).enumerate() {
         let messages: Vec<_> = chunk
@@ -260,6 +266,7 @@ async fn run_ours(
     }
     let elapsed = started.elapsed().as_secs_f64();
     let first_pass_requests = servicing.requests.total() as f64;
+    let first_pass_capacity = servicing.capacity.total();
     let applied = results
         .iter()
         .filter(|r| **r == MessageResult::Applied)
@@ -275,6 +282,7 @@ async fn run_ours(
 
     // Per duplicate, on the warm instance: the whole stream again (all duplicates now).
     servicing.requests.reset();
+    servicing.capacity.reset();
     for (n, chunk) in stream.chunks(batch).enumerate() {
         let messages: Vec<_> = chunk
             .iter()
@@ -287,6 +295,13 @@ async fn run_ours(
     // First pass = unique first-time events + in-stream duplicates (each costing `per_duplicate`).
     let duplicates_in_stream = (stream.len() - unique) as f64;
     let per_first = (first_pass_requests - duplicates_in_stream * per_duplicate) / unique as f64;
+    let capacity_per_duplicate = scaled(&servicing.capacity.total(), 1.0 / stream.len() as f64);
+    let capacity_per_first = per_first_time(
+        &first_pass_capacity,
+        &capacity_per_duplicate,
+        duplicates_in_stream,
+        unique,
+    );
 
     let mut states = BTreeMap::new();
     for account in stream.iter().filter_map(|b| {
@@ -309,6 +324,8 @@ async fn run_ours(
             requests_per_duplicate: per_duplicate,
             p50_ms: percentile(&latencies, 0.5),
             p99_ms: percentile(&latencies, 0.99),
+            capacity_per_first,
+            capacity_per_duplicate,
             range: (0.0, 0.0),
         },
         states,
@@ -329,37 +346,44 @@ fn run_baseline(
         env!("CARGO_MANIFEST_DIR"),
         "/baseline/powertools_consumer.py"
     );
-    let run = |file: &std::path::Path, out: Option<&std::path::Path>| -> Option<Value> {
-        let mut cmd = Command::new(&a.python);
-        cmd.args([
-            script,
-            "--input",
-            &file.to_string_lossy(),
-            "--batch",
-            &batch.to_string(),
-            "--endpoint",
-            &a.engine.endpoint(),
-        ]);
-        if let Some(out) = out {
-            cmd.args(["--accounts-out", &out.to_string_lossy()]);
-        }
-        let output = cmd.output().ok()?;
-        if !output.status.success() {
-            eprintln!(
-                "baseline failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            return None;
-        }
-        serde_json::from_slice(
-            output
-                .stdout
-                .rsplit(|b| *b == b'\n')
-                .find(|l| !l.is_empty())?,
-        )
-        .ok()
-    };
-    let first = run(&input, Some(&accounts))?;
+    let run =
+        |file: &std::path::Path, out: Option<&std::path::Path>| -> Option<(Value, Capacity)> {
+            let log = file.with_extension("capacity.jsonl");
+            let mut cmd = Command::new(&a.python);
+            cmd.args([
+                script,
+                "--input",
+                &file.to_string_lossy(),
+                "--batch",
+                &batch.to_string(),
+                "--endpoint",
+                &a.engine.endpoint(),
+                "--capacity-log",
+                &log.to_string_lossy(),
+            ]);
+            if let Some(out) = out {
+                cmd.args(["--accounts-out", &out.to_string_lossy()]);
+            }
+            let output = cmd.output().ok()?;
+            if !output.status.success() {
+                eprintln!(
+                    "baseline failed: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                return None;
+            }
+            let figures = serde_json::from_slice(
+                output
+                    .stdout
+                    .rsplit(|b| *b == b'\n')
+                    .find(|l| !l.is_empty())?,
+            )
+            .ok()?;
+            let meter = CapacityMeter::default();
+            meter.charge_log(&std::fs::read_to_string(&log).ok()?);
+            Some((figures, meter.total()))
+        };
+    let (first, first_capacity) = run(&input, Some(&accounts))?;
     // Its per-duplicate cost: the unique facts twice in a row on a fresh table, minus once.
     let mut doubled: Vec<String> = stream.iter().take(unique.min(200)).cloned().collect();
     let once = doubled.clone();
@@ -368,11 +392,23 @@ fn run_baseline(
     let once_file = dir.join("bench-once.jsonl");
     std::fs::write(&twice_file, doubled.join("\n")).ok()?;
     std::fs::write(&once_file, once.join("\n")).ok()?;
-    let (twice, single) = (run(&twice_file, None)?, run(&once_file, None)?);
+    let ((twice, twice_capacity), (single, single_capacity)) =
+        (run(&twice_file, None)?, run(&once_file, None)?);
     let per_duplicate =
         (twice["requests"].as_f64()? - single["requests"].as_f64()?) / once.len() as f64;
-    let per_first = (first["requests"].as_f64()? - (stream.len() - unique) as f64 * per_duplicate)
-        / unique as f64;
+    let duplicates_in_stream = (stream.len() - unique) as f64;
+    let per_first =
+        (first["requests"].as_f64()? - duplicates_in_stream * per_duplicate) / unique as f64;
+    let capacity_per_duplicate = scaled(
+        &difference(&twice_capacity, &single_capacity),
+        1.0 / once.len() as f64,
+    );
+    let capacity_per_first = per_first_time(
+        &first_capacity,
+        &capacity_per_duplicate,
+        duplicates_in_stream,
+        unique,
+    );
     let states: BTreeMap<String, Value> =
         serde_json::from_str(&std::fs::read_to_string(&accounts).ok()?).ok()?;
     Some((
@@ -382,10 +418,48 @@ fn run_baseline(
             requests_per_duplicate: per_duplicate,
             p50_ms: first["p50_ms"].as_f64()?,
             p99_ms: first["p99_ms"].as_f64()?,
+            capacity_per_first,
+            capacity_per_duplicate,
             range: (0.0, 0.0),
         },
         states,
     ))
+}
+
+fn scaled(c: &Capacity, by: f64) -> Capacity {
+    Capacity {
+        wcu: c.wcu * by,
+        rcu: c.rcu * by,
+        wcu_by_item: c
+            .wcu_by_item
+            .iter()
+            .map(|(k, v)| (k.clone(), v * by))
+            .collect(),
+    }
+}
+
+fn difference(a: &Capacity, b: &Capacity) -> Capacity {
+    let mut out = a.clone();
+    out.wcu -= b.wcu;
+    out.rcu -= b.rcu;
+    for (k, v) in &b.wcu_by_item {
+        *out.wcu_by_item.entry(k.clone()).or_default() -= v;
+    }
+    out
+}
+
+/// What the first pass cost per first-time fact: the pass less its in-stream duplicates (each
+/// at the per-duplicate cost), over the unique facts.
+fn per_first_time(
+    first_pass: &Capacity,
+    per_duplicate: &Capacity,
+    duplicates_in_stream: f64,
+    unique: usize,
+) -> Capacity {
+    scaled(
+        &difference(first_pass, &scaled(per_duplicate, duplicates_in_stream)),
+        1.0 / unique as f64,
+    )
 }
 
 fn same_balances(ours: &BTreeMap<String, Value>, theirs: &BTreeMap<String, Value>) -> bool {
@@ -418,19 +492,44 @@ async fn main() {
         a.concurrency
     );
     println!(
-        "{:<34} {:>10} {:>12} {:>12} {:>9} {:>9}",
-        "", "events/s", "req/first", "req/dup", "p50 ms", "p99 ms"
+        "{:<34} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}",
+        "",
+        "events/s",
+        "req/first",
+        "req/dup",
+        "WCU/first",
+        "RCU/first",
+        "WCU/dup",
+        "RCU/dup",
+        "p50 ms",
+        "p99 ms"
     );
     let show = |name: &str, f: &Figures| {
         println!(
-            "{name:<34} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1}   (events/s {:.0}-{:.0})",
+            "{name:<34} {:>9.0} {:>9.2} {:>8.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>8.1} {:>8.1}   (events/s {:.0}-{:.0})",
             f.events_per_s,
             f.requests_per_first,
             f.requests_per_duplicate,
+            f.capacity_per_first.wcu,
+            f.capacity_per_first.rcu,
+            f.capacity_per_duplicate.wcu,
+            f.capacity_per_duplicate.rcu,
             f.p50_ms,
             f.p99_ms,
             f.range.0,
             f.range.1
+        );
+        let split: Vec<String> = f
+            .capacity_per_first
+            .wcu_by_item
+            .iter()
+            .filter(|(_, v)| v.abs() >= 0.005)
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect();
+        println!(
+            "{:<34} WCU per first-time fact by item: {}",
+            "",
+            split.join(", ")
         );
     };
     // Untimed: the first transactions of a fresh DynamoDB Local run before its JIT warms up.

@@ -67,6 +67,7 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 pub mod api_gateway;
+pub mod capacity;
 pub mod faults;
 pub mod generate;
 pub mod lambda;

@@ -18,6 +18,7 @@ use servicing_domain::{AccountId, Ledger, LoanAccount, ServicingEvent, StoredAll
 use servicing_store::schema::{self, ClaimRecord, OutboxRecord, QuarantineRecord};
 use servicing_store::{ServicingStore, StoreConfig, arrears};
 
+use crate::capacity::CapacityMeter;
 use crate::faults::FaultPlan;
 
 use crate::{Engine, unique_name};
@@ -138,6 +139,8 @@ pub struct Servicing {
     pub client: aws_sdk_dynamodb::Client,
     pub table: String,
     pub requests: RequestCounter,
+    /// Capacity units by AWS's rules of every request the client sends (`crate::capacity`).
+    pub capacity: CapacityMeter,
 }
 
 impl Servicing {
@@ -148,18 +151,22 @@ impl Servicing {
     /// See [`create_table`]: benchmarks only.
     pub async fn with_stream(engine: Engine, stream: bool) -> Self {
         let requests = RequestCounter::default();
+        let capacity = CapacityMeter::default();
         let sdk = engine.sdk_config().await;
         let config = aws_sdk_dynamodb::config::Builder::from(&sdk)
             .interceptor(requests.clone())
+            .interceptor(capacity.clone())
             .build();
         let client = aws_sdk_dynamodb::Client::from_conf(config);
         let table = create_table(&client, stream).await;
         requests.reset();
+        capacity.reset();
         Self {
             engine,
             client,
             table,
             requests,
+            capacity,
         }
     }
 
