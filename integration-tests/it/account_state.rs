@@ -872,10 +872,10 @@ async fn when_a_batch_holds_a_payment_its_reversal_and_a_repeat_should_commit_th
         requests.snapshot()
     );
 
-    // A group never exceeds the item budget: at 5 items, a payment (claim + allocation +
-    // outbox) and the loan fit once per transaction.
+    // A group never exceeds the item budget: at 2 items, a payment (its record) and the loan
+    // fit once per transaction.
     let mut config = servicing.config();
-    config.max_transaction_items = 5;
+    config.max_transaction_items = 2;
     let small = servicing.handler_with(config);
     let more: Vec<String> = (4..8)
         .map(|i| payment("acc_cut", &format!("cut-{i}"), 100))

@@ -17,6 +17,7 @@ macro_rules! on_both_engines {
 
 mod account_state;
 mod aging;
+mod capacity;
 mod collections;
 mod engines;
 mod fault_sweep;

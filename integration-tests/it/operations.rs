@@ -120,10 +120,14 @@ async fn when_a_source_stream_is_reconciled_should_explain_every_delivery_and_ca
     );
 
     // Money checks: a tampered allocation, then a missing one.
-    let key = |sk: &str| {
+    // A payment's allocation rides on its record (its claim).
+    let key = |payment: &str| {
         [
-            ("pk", AttributeValue::S("LOAN#acc_4002".into())),
-            ("sk", AttributeValue::S(sk.into())),
+            (
+                "pk",
+                AttributeValue::S(format!("CLAIM#account-state#payment-provider#{payment}")),
+            ),
+            ("sk", AttributeValue::S("CLAIM".into())),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -133,20 +137,21 @@ async fn when_a_source_stream_is_reconciled_should_explain_every_delivery_and_ca
         .client
         .update_item()
         .table_name(&servicing.table)
-        .set_key(Some(key("ALLOC#payment-provider#pmt_10001")))
-        .update_expression("SET allocation.principal = :p")
+        .set_key(Some(key("pmt_10001")))
+        .update_expression("SET allocation.allocation.principal = :p")
         .expression_attribute_values(":p", AttributeValue::N("21001".into()))
         .send()
         .await
         .expect("tamper");
     servicing
         .client
-        .delete_item()
+        .update_item()
         .table_name(&servicing.table)
-        .set_key(Some(key("ALLOC#payment-provider#pmt_10002")))
+        .set_key(Some(key("pmt_10002")))
+        .update_expression("REMOVE allocation, allocatedTo")
         .send()
         .await
-        .expect("delete");
+        .expect("remove the allocation");
     let report = reconcile::reconcile(
         &servicing.client,
         &servicing.table,
@@ -168,8 +173,7 @@ async fn when_a_source_stream_is_reconciled_should_explain_every_delivery_and_ca
         report
             .problems
             .iter()
-            .any(|p| p.contains("ALLOC#payment-provider#pmt_10002")
-                && p.contains("has no allocation")),
+            .any(|p| p.contains("payment-provider:pmt_10002") && p.contains("has no allocation")),
         "{:?}",
         report.problems
     );

@@ -20,6 +20,20 @@ fn event_ids(envelopes: &[Value]) -> BTreeSet<String> {
         .collect()
 }
 
+/// The event ids a stream record's image carries for the relay (its `outbox`), if any.
+fn carried_ids(record: &EventRecord) -> Vec<String> {
+    match record.change.new_image.get("outbox") {
+        Some(serde_dynamo::AttributeValue::S(json)) => {
+            servicing_store::OutboxEvent::decode(Some(json))
+                .expect("outbox events")
+                .iter()
+                .map(|e| e.event_id().to_owned())
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The basic sample applied through the account-state handler; returns the stream records
 /// and the outbox event ids, in stream order.
 async fn sample_stream(servicing: &Servicing) -> (Vec<EventRecord>, Vec<String>) {
@@ -34,15 +48,7 @@ async fn sample_stream(servicing: &Servicing) -> (Vec<EventRecord>, Vec<String>)
     let outbox: Vec<String> = records
         .iter()
         .filter(|r| r.event_name == "INSERT")
-        .filter_map(|r| match r.change.new_image.get("eventId") {
-            Some(serde_dynamo::AttributeValue::S(id))
-                if r.change.new_image.get("itemType")
-                    == Some(&serde_dynamo::AttributeValue::S("OUTBOX".into())) =>
-            {
-                Some(id.clone())
-            }
-            _ => None,
-        })
+        .flat_map(carried_ids)
         .collect();
     assert_eq!(outbox.len(), 11, "9 domain events + 2 delinquency changes");
     (records, outbox)
@@ -53,8 +59,9 @@ fn relay_with(servicing: &Servicing, config: &aws_config::SdkConfig, bus: &str) 
     OutboxRelay::new(aws_sdk_eventbridge::Client::new(config), store, bus)
 }
 
-/// A stream INSERT of an outbox item as the store writes it and Lambda delivers it:
-/// `(source, detail type)`, its account (`acc_relay` unless given) and the detail JSON.
+/// A stream INSERT of a record carrying one event, as the store writes it and Lambda delivers
+/// it: `(source, detail type)`, its account (`acc_relay` unless given) and the detail JSON. A
+/// fact's record (claim) for account-state's events, an idempotency record for the API's.
 fn outbox_record(
     seq: &str,
     event_id: &str,
@@ -62,13 +69,29 @@ fn outbox_record(
     account: Option<&str>,
     detail: String,
 ) -> EventRecord {
-    let image = json!({"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}, "itemType": {"S": "OUTBOX"},
-        "eventId": {"S": event_id}, "source": {"S": source}, "detailType": {"S": detail_type}, "detail": {"S": detail},
-        "accountId": {"S": account.unwrap_or("acc_relay")}, "createdAt": {"N": "1796000000"}, "expiresAt": {"N": "1799024000"}});
+    let detail: Value = serde_json::from_str(&detail).expect("detail JSON");
+    let outbox =
+        json!([{"source": source, "detailType": detail_type, "detail": detail}]).to_string();
+    let (pk, sk, item_type) = if source == payments_api_handler::EVENT_SOURCE {
+        (
+            format!("IDEMPOTENCY#scope#{event_id}"),
+            "IDEMPOTENCY",
+            "IDEMPOTENCY",
+        )
+    } else {
+        (
+            format!("CLAIM#account-state#relay#{event_id}"),
+            "CLAIM",
+            "CLAIM",
+        )
+    };
+    let image = json!({"pk": {"S": pk}, "sk": {"S": sk}, "itemType": {"S": item_type},
+        "outbox": {"S": outbox}, "accountId": {"S": account.unwrap_or("acc_relay")},
+        "claimedAt": {"N": "1796000000"}, "expiresAt": {"N": "1799024000"}});
     serde_json::from_value(json!({
         "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
         "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "ApproximateCreationDateTime": 0,
-            "Keys": {"pk": {"S": format!("OUTBOX#{event_id}")}, "sk": {"S": "OUTBOX"}},
+            "Keys": {"pk": {"S": pk}, "sk": {"S": sk}},
             "NewImage": image}
     }))
     .expect("record")
@@ -77,10 +100,7 @@ fn outbox_record(
 fn sequence_of(records: &[EventRecord], event_id: &str) -> String {
     records
         .iter()
-        .find(|r| {
-            r.change.new_image.get("eventId")
-                == Some(&serde_dynamo::AttributeValue::S(event_id.into()))
-        })
+        .find(|r| carried_ids(r).iter().any(|id| id == event_id))
         .and_then(|r| r.change.sequence_number.clone())
         .expect("record of the event")
 }
@@ -96,11 +116,32 @@ async fn when_stream_records_are_relayed_should_route_every_outbox_event_to_the_
         .relay(&records)
         .await;
     assert_eq!(report.checkpoint, None);
-    assert_eq!(report.published, 11);
+    // The reversal's mark on its payment's record carries the payment's events: not again.
+    let marked = |r: &&&EventRecord| {
+        matches!(r.change.new_image.get("allocation"),
+            Some(serde_dynamo::AttributeValue::M(a)) if a.contains_key("reversedBy"))
+    };
+    let carrying: Vec<&EventRecord> = records
+        .iter()
+        .filter(|r| !carried_ids(r).is_empty())
+        .collect();
+    let seen: Vec<(String, Vec<String>)> = carrying
+        .iter()
+        .map(|r| (r.event_name.clone(), carried_ids(r)))
+        .collect();
+    assert_eq!(
+        carrying.iter().filter(marked).count(),
+        1,
+        "one reversal: {seen:?}"
+    );
+    assert_eq!(
+        report.published, 9,
+        "two facts moved the bucket: two events on their record; {seen:?}"
+    );
     assert_eq!(
         report.skipped as usize,
-        records.len() - 11,
-        "claims, loans, allocations are not relayed"
+        records.len() - 9,
+        "loans, records without events and the reversal's mark are not relayed"
     );
     assert!(report.response().batch_item_failures.is_empty());
 
@@ -393,7 +434,10 @@ async fn when_an_outbox_record_can_never_be_published_should_quarantine_it_and_m
     };
     let huge = json!({"eventId": "evt_huge", "blob": "x".repeat(300 * 1024)}).to_string();
     let mut broken = record("2", "evt_broken", "{}".into());
-    broken.change.new_image.remove("detailType");
+    broken.change.new_image.insert(
+        "outbox".into(),
+        serde_dynamo::AttributeValue::S("[{\"detail\": 1}]".into()),
+    );
     let records = vec![
         record("1", "evt_a", json!({"eventId": "evt_a"}).to_string()),
         broken,
@@ -416,7 +460,7 @@ async fn when_an_outbox_record_can_never_be_published_should_quarantine_it_and_m
     assert!(
         reasons
             .iter()
-            .any(|r| r.starts_with("undecodable outbox image")),
+            .any(|r| r.starts_with("undecodable outbox events")),
         "{reasons:?}"
     );
     assert!(

@@ -32,8 +32,8 @@ use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use serde_json::{Map, Value};
 
 /// Attributes whose presence puts an item in a sparse index (the servicing table's
-/// `ArrearsIndex`, keys only).
-const INDEX_KEYS: &[&str] = &["arrearsShard"];
+/// `ArrearsIndex`, keys only, and `AllocationsIndex`, keys and the allocation: both under 1 KB).
+const INDEX_KEYS: &[&str] = &["arrearsShard", "allocatedTo"];
 
 /// Capacity consumed, by kind and by the item type written (`itemType`, else the key's prefix).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -240,6 +240,32 @@ fn four_kb(bytes: usize) -> f64 {
 pub fn item_size(item: &Value) -> usize {
     item.as_object()
         .map_or(0, |m| m.iter().map(|(k, v)| k.len() + value_size(v)).sum())
+}
+
+/// A stored item (as the SDK returns it) as the JSON the wire carries, for [`item_size`].
+pub fn item_json(item: &HashMap<String, aws_sdk_dynamodb::types::AttributeValue>) -> Value {
+    Value::Object(
+        item.iter()
+            .map(|(name, value)| (name.clone(), attribute_json(value)))
+            .collect(),
+    )
+}
+
+fn attribute_json(value: &aws_sdk_dynamodb::types::AttributeValue) -> Value {
+    use aws_sdk_dynamodb::types::AttributeValue as A;
+    use serde_json::json;
+    match value {
+        A::S(v) => json!({"S": v}),
+        A::N(v) => json!({"N": v}),
+        A::Bool(v) => json!({"BOOL": v}),
+        A::Null(v) => json!({"NULL": v}),
+        A::B(v) => json!({"B": "x".repeat(v.as_ref().len().div_ceil(3) * 4)}),
+        A::Ss(v) => json!({"SS": v}),
+        A::Ns(v) => json!({"NS": v}),
+        A::L(v) => json!({"L": v.iter().map(attribute_json).collect::<Vec<_>>()}),
+        A::M(v) => json!({"M": item_json(v)}),
+        _ => Value::Null,
+    }
 }
 
 fn value_size(value: &Value) -> usize {

@@ -15,7 +15,9 @@ use aws_sdk_dynamodb::types::{
 use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, Config};
 use servicing_domain::{AccountId, Ledger, LoanAccount, ServicingEvent, StoredAllocation};
-use servicing_store::schema::{self, ClaimRecord, OutboxRecord, QuarantineRecord};
+use servicing_store::OutboxEvent;
+use servicing_store::items::{ALLOCATED_TO, ALLOCATION, ALLOCATIONS_INDEX};
+use servicing_store::schema::{self, ClaimRecord, IdempotencyRecord, QuarantineRecord};
 use servicing_store::{ServicingStore, StoreConfig, arrears};
 
 use crate::capacity::CapacityMeter;
@@ -104,6 +106,7 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, stream: bool) -> St
         .attribute_definitions(attr("sk"))
         .attribute_definitions(attr(arrears::ARREARS_SHARD))
         .attribute_definitions(attr(arrears::ARREARS_SINCE))
+        .attribute_definitions(attr(ALLOCATED_TO))
         .key_schema(key("pk", KeyType::Hash))
         .key_schema(key("sk", KeyType::Range))
         .global_secondary_indexes(
@@ -114,6 +117,19 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, stream: bool) -> St
                 .projection(
                     Projection::builder()
                         .projection_type(ProjectionType::KeysOnly)
+                        .build(),
+                )
+                .build()
+                .expect("index"),
+        )
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(ALLOCATIONS_INDEX)
+                .key_schema(key(ALLOCATED_TO, KeyType::Hash))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::Include)
+                        .non_key_attributes(ALLOCATION)
                         .build(),
                 )
                 .build()
@@ -265,9 +281,9 @@ impl Servicing {
         let mut details: Vec<Value> = self
             .outbox_records()
             .await
-            .iter()
-            .filter(|record| record.account_id == account)
-            .map(|record| serde_json::from_str(&record.detail).expect("json"))
+            .into_iter()
+            .filter(|event| event.detail["accountId"] == account)
+            .map(|event| event.detail)
             .collect();
         details.sort_by(|a, b| {
             (a["occurredAt"].as_str(), a["eventType"].as_str())
@@ -314,8 +330,17 @@ impl Servicing {
         self.records(ClaimRecord::ITEM_TYPE).await
     }
 
-    pub async fn outbox_records(&self) -> Vec<OutboxRecord> {
-        self.records(OutboxRecord::ITEM_TYPE).await
+    /// Every event the table's records carry for the relay: the facts' and the API's.
+    pub async fn outbox_records(&self) -> Vec<OutboxEvent> {
+        let mut events = Vec::new();
+        for claim in self.claims().await {
+            events.extend(claim.events().expect("outbox events"));
+        }
+        let commands: Vec<IdempotencyRecord> = self.records(IdempotencyRecord::ITEM_TYPE).await;
+        for command in commands {
+            events.extend(OutboxEvent::decode(command.outbox.as_deref()).expect("outbox events"));
+        }
+        events
     }
 }
 

@@ -1,11 +1,15 @@
 //! The outbox relay: DynamoDB stream records in, EventBridge `PutEvents` out.
 //!
-//! Only outbox INSERTs matter (the event source mapping filters on them too, but the code does
-//! not rely on it). Records are published in stream order in chunks of at most 10 entries and
-//! 256 KB. Every entry of every response is checked; the first record whose entry failed is
-//! returned as the batch item failure, so Lambda resumes there and nothing after a failure is
-//! skipped. Later records of the batch may have been published already and are published again
-//! on the retry: duplicates are accepted by design, consumers deduplicate on `eventId`.
+//! A fact's record (or an API idempotency record) carries the events its write publishes in its
+//! `outbox` attribute; only the write that applied the fact matters: an INSERT, or a MODIFY by
+//! the put that applied a parked fact or renewed an expired claim. The one later write to a
+//! record with events — a reversal's mark on its payment's allocation — is skipped (the event
+//! source mapping filters on `outbox` too, but the code does not rely on it). A record's events
+//! are published together, in stream order, in chunks of at most 10 entries and 256 KB. Every
+//! entry of every response is checked; the first record with a failed entry is returned as the
+//! batch item failure, so Lambda resumes there and nothing after a failure is skipped. Later
+//! records of the batch may have been published already and are published again on the retry:
+//! duplicates are accepted by design, consumers deduplicate on `eventId`.
 //!
 //! API-originated payments (`servicing.payments-api` / `PaymentSettled`) are also put on the
 //! FIFO servicing queue, as the contract event itself, with `MessageGroupId = accountId` (each
@@ -21,8 +25,7 @@ use std::collections::HashMap;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
-use servicing_store::schema::OutboxRecord;
-use servicing_store::{QuarantineEntry, ServicingStore};
+use servicing_store::{OutboxEvent, QuarantineEntry, ServicingStore};
 
 mod config;
 pub use config::Config;
@@ -32,6 +35,19 @@ pub use servicing_settings::{ConfigError, FromSettings};
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
 pub const MAX_ENTRIES_PER_REQUEST: usize = 10;
 pub const CONSUMER: &str = "outbox-relay";
+
+/// A record's events (`ClaimRecord::outbox`, `IdempotencyRecord::outbox`) and trace.
+const OUTBOX: &str = "outbox";
+const TRACE_HEADER: &str = "traceHeader";
+
+/// A reversal's mark on its payment's record (`allocation.reversedBy`): a later write to an
+/// applied record, whose events were published by the write that applied it.
+fn is_reversal_mark(image: &HashMap<String, serde_dynamo::AttributeValue>) -> bool {
+    matches!(
+        image.get("allocation"),
+        Some(serde_dynamo::AttributeValue::M(allocation)) if allocation.contains_key("reversedBy")
+    )
+}
 
 /// The outbox events account-state must apply (the API's accepted payments).
 const API_PAYMENTS: (&str, &str) = ("servicing.payments-api", "PaymentSettled");
@@ -45,12 +61,12 @@ struct Enqueue {
     trace_header: Option<String>,
 }
 
-/// A record that will be published.
+/// A record whose events will be published.
 #[derive(Debug)]
 struct Publishable<'a> {
     record: &'a EventRecord,
     sequence_number: &'a str,
-    entry: PutEventsRequestEntry,
+    entries: Vec<PutEventsRequestEntry>,
     size: usize,
     enqueue: Option<Enqueue>,
 }
@@ -173,7 +189,8 @@ impl OutboxRelay {
             match self.plan(record) {
                 Plan::Skip => report.skipped += 1,
                 Plan::Publish(item) => {
-                    if chunk.len() == MAX_ENTRIES_PER_REQUEST
+                    let entries: usize = chunk.iter().map(|p| p.entries.len()).sum();
+                    if entries + item.entries.len() > MAX_ENTRIES_PER_REQUEST
                         || chunk_bytes + item.size > MAX_REQUEST_BYTES
                     {
                         if let Err(failed_at) = self.flush(&mut chunk, &mut report).await {
@@ -210,14 +227,11 @@ impl OutboxRelay {
     }
 
     fn plan<'a>(&self, record: &'a EventRecord) -> Plan<'a> {
-        if record.event_name != "INSERT" {
-            return Plan::Skip;
-        }
-        let is_outbox = matches!(
-            record.change.new_image.get("itemType"),
-            Some(serde_dynamo::AttributeValue::S(t)) if t == "OUTBOX"
-        );
-        if !is_outbox {
+        let image = &record.change.new_image;
+        let applied_by_this_write = matches!(record.event_name.as_str(), "INSERT" | "MODIFY")
+            && image.contains_key(OUTBOX)
+            && !is_reversal_mark(image);
+        if !applied_by_this_write {
             return Plan::Skip;
         }
         let Some(sequence_number) = record.change.sequence_number.as_deref() else {
@@ -225,52 +239,89 @@ impl OutboxRelay {
                 reason: "stream record has no sequence number".into(),
             };
         };
-        let item: OutboxRecord = match serde_dynamo::from_item(record.change.new_image.clone()) {
-            Ok(item) => item,
+        let events = match image.get(OUTBOX) {
+            Some(serde_dynamo::AttributeValue::S(json)) => OutboxEvent::decode(Some(json)),
+            _ => Err(servicing_store::StoreError::Corrupt(
+                "outbox is not a string".into(),
+            )),
+        };
+        let events = match events {
+            Ok(events) if !events.is_empty() => events,
+            Ok(_) => return Plan::Skip,
             Err(e) => {
                 return Plan::Quarantine {
-                    reason: format!("undecodable outbox image: {e}"),
+                    reason: format!("undecodable outbox events: {e}"),
                 };
             }
         };
-        debug_assert_eq!(item.item_type, OutboxRecord::ITEM_TYPE);
-        // EventBridge counts Source, DetailType, Detail (and Time/Resources, unused here).
-        let size = item.source.len() + item.detail_type.len() + item.detail.len();
+        let trace_header = match image.get(TRACE_HEADER) {
+            Some(serde_dynamo::AttributeValue::S(header)) => Some(header.clone()),
+            _ => None,
+        };
+        let mut entries = Vec::with_capacity(events.len());
+        let mut size = 0;
+        let mut enqueue = None;
+        for event in events {
+            if event.event_id().is_empty() {
+                return Plan::Quarantine {
+                    reason: format!(
+                        "a {} event without an eventId: consumers could not deduplicate it",
+                        event.detail_type
+                    ),
+                };
+            }
+            let detail = event.detail.to_string();
+            // EventBridge counts Source, DetailType, Detail (and Time/Resources, unused here).
+            let entry_size = event.source.len() + event.detail_type.len() + detail.len();
+            if entry_size > MAX_REQUEST_BYTES {
+                return Plan::Quarantine {
+                    reason: format!(
+                        "outbox event {} is {entry_size} bytes, over EventBridge's {MAX_REQUEST_BYTES}-byte entry limit",
+                        event.event_id()
+                    ),
+                };
+            }
+            size += entry_size;
+            if self.servicing_queue.is_some()
+                && (event.source.as_str(), event.detail_type.as_str()) == API_PAYMENTS
+            {
+                let Some(group) = event.detail["accountId"].as_str().filter(|a| !a.is_empty())
+                else {
+                    return Plan::Quarantine {
+                        reason: format!(
+                            "API payment {} has no accountId to group it by",
+                            event.event_id()
+                        ),
+                    };
+                };
+                enqueue = Some(Enqueue {
+                    body: detail.clone(),
+                    group: group.to_owned(),
+                    deduplication: event.event_id().to_owned(),
+                    trace_header: trace_header.clone(),
+                });
+            }
+            entries.push(
+                PutEventsRequestEntry::builder()
+                    .event_bus_name(&self.event_bus)
+                    .source(event.source)
+                    .detail_type(event.detail_type)
+                    .detail(detail)
+                    .set_trace_header(trace_header.clone())
+                    .build(),
+            );
+        }
         if size > MAX_REQUEST_BYTES {
             return Plan::Quarantine {
                 reason: format!(
-                    "outbox event {} is {size} bytes, over EventBridge's {MAX_REQUEST_BYTES}-byte entry limit",
-                    item.event_id
+                    "a record's events are {size} bytes, over EventBridge's {MAX_REQUEST_BYTES}-byte request limit"
                 ),
             };
         }
-        let enqueue = self.servicing_queue.is_some()
-            && (item.source.as_str(), item.detail_type.as_str()) == API_PAYMENTS;
-        if enqueue && item.account_id.is_empty() {
-            return Plan::Quarantine {
-                reason: format!(
-                    "API payment {} has no accountId to group it by",
-                    item.event_id
-                ),
-            };
-        }
-        let enqueue = enqueue.then(|| Enqueue {
-            body: item.detail.clone(),
-            group: item.account_id.clone(),
-            deduplication: item.event_id.clone(),
-            trace_header: item.trace_header.clone(),
-        });
-        let entry = PutEventsRequestEntry::builder()
-            .event_bus_name(&self.event_bus)
-            .source(item.source)
-            .detail_type(item.detail_type)
-            .detail(item.detail)
-            .set_trace_header(item.trace_header)
-            .build();
         Plan::Publish(Box::new(Publishable {
             record,
             sequence_number,
-            entry,
+            entries,
             size,
             enqueue,
         }))
@@ -289,7 +340,11 @@ impl OutboxRelay {
         let result = self
             .events
             .put_events()
-            .set_entries(Some(sent.iter().map(|p| p.entry.clone()).collect()))
+            .set_entries(Some(
+                sent.iter()
+                    .flat_map(|p| p.entries.iter().cloned())
+                    .collect(),
+            ))
             .send()
             .await;
         let output = match result {
@@ -301,15 +356,24 @@ impl OutboxRelay {
         };
         let results = output.entries();
         // Entries answer in request order; a short answer is treated as failed from its end.
-        let first_failed = (0..sent.len()).find(|&i| {
+        let total: usize = sent.iter().map(|p| p.entries.len()).sum();
+        let first_failed_entry = (0..total).find(|&i| {
             results
                 .get(i)
                 .is_none_or(|r| r.error_code().is_some() || r.event_id().is_none())
         });
-        if output.failed_entry_count() > 0 || first_failed.is_some() {
-            let i = first_failed.unwrap_or(0);
+        if output.failed_entry_count() > 0 || first_failed_entry.is_some() {
+            let entry = first_failed_entry.unwrap_or(0);
+            // The record that entry belongs to: every record before it was published whole.
+            let mut i = 0;
+            let mut seen = 0;
+            while i < sent.len() && seen + sent[i].entries.len() <= entry {
+                seen += sent[i].entries.len();
+                i += 1;
+            }
+            let i = i.min(sent.len() - 1);
             let code = results
-                .get(i)
+                .get(entry)
                 .and_then(|r| r.error_code())
                 .unwrap_or("missing result");
             tracing::warn!(

@@ -21,7 +21,7 @@ use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::json;
 use servicing_domain::{AccountId, EventKind, Money, ServicingEvent, SourceRef};
-use servicing_store::{CommandOutcome, OutboxEntry, ServicingStore, StoreError, StoredResponse};
+use servicing_store::{CommandOutcome, OutboxEvent, ServicingStore, StoreError, StoredResponse};
 use sha2::{Digest, Sha256};
 
 pub use command::{FieldError, IdempotencyKey, PaymentCommand, Principal};
@@ -164,11 +164,10 @@ impl PaymentsApi {
             status: 202,
             body,
         };
-        let outbox = OutboxEntry {
-            event_id: operation_id.clone(),
+        // The detail carries the operation id as its `eventId`.
+        let outbox = OutboxEvent {
             source: EVENT_SOURCE.to_owned(),
             detail_type: DETAIL_TYPE.to_owned(),
-            account_id: command.account_id.clone(),
             detail: wire,
         };
 

@@ -655,8 +655,8 @@ mod tests {
 
     #[test]
     fn when_the_item_budget_is_reached_should_end_the_group_but_always_take_one_event() {
-        // open = claim + outbox; a payment = claim + allocation + outbox; plus the loan.
-        let group = plan(&[open(), pay("p1"), pay("p2")], 6);
+        // One record per fact (its claim carries its events and allocation), plus the loan.
+        let group = plan(&[open(), pay("p1"), pay("p2")], 3);
         assert_eq!(group.members.len(), 2);
         let group = plan(&[open(), pay("p1")], 1);
         assert_eq!(group.members.len(), 1);

@@ -2,15 +2,12 @@
 //! with duplicates, collisions, stale and quarantined in between, plus the money checks: every
 //! stored allocation sums to its payment, every applied payment has its allocation.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use servicing_domain::StoredAllocation;
 use servicing_domain::{Fingerprint, ServicingEvent, SourceRef};
 use servicing_store::items;
 use servicing_store::schema::{self, ClaimRecord, QuarantineRecord};
-
-/// The allocation items' type (`items::allocation_item`).
-const ALLOCATION: &str = "ALLOCATION";
 
 use crate::{Item, scan_types, text};
 
@@ -148,11 +145,7 @@ pub async fn reconcile(
     let mut items = scan_types(
         client,
         table,
-        &[
-            ClaimRecord::ITEM_TYPE,
-            QuarantineRecord::ITEM_TYPE,
-            ALLOCATION,
-        ],
+        &[ClaimRecord::ITEM_TYPE, QuarantineRecord::ITEM_TYPE],
     )
     .await?;
     let mut of_type = |t: &str| items.remove(t).unwrap_or_default();
@@ -177,9 +170,12 @@ pub async fn reconcile(
     .into_iter()
     .filter(|q: &QuarantineRecord| q.consumer == consumer)
     .collect();
-    // A tampered part still decodes (and fails the sum below); a mangled item is a problem.
-    let allocations: Vec<StoredAllocation> =
-        decoded(of_type(ALLOCATION), "allocation", &mut report.problems);
+    // A payment's allocation rides on its record. A tampered part still decodes (and fails
+    // the sum below); a mangled record is a problem.
+    let allocations: Vec<&StoredAllocation> = claims
+        .iter()
+        .filter_map(|c| c.allocation.as_ref())
+        .collect();
 
     let claims_by_source: HashMap<SourceRef, &ClaimRecord> =
         claims.iter().map(|c| (c.source(), c)).collect();
@@ -290,10 +286,6 @@ pub async fn reconcile(
     }
 
     // Money: every allocation sums to its payment; every applied payment has its allocation.
-    let allocation_keys: HashSet<(String, String)> = allocations
-        .iter()
-        .map(|a| items::allocation_key(&a.account_id, &a.payment))
-        .collect();
     for a in &allocations {
         report.allocations_checked += 1;
         let parts = [
@@ -306,10 +298,9 @@ pub async fn reconcile(
             (*p >= 0).then(|| acc.checked_add(*p)).flatten()
         });
         if sum != Some(a.amount_minor) {
-            let (pk, sk) = items::allocation_key(&a.account_id, &a.payment);
             report.problems.push(format!(
-                "allocation {pk} / {sk}: parts {parts:?} do not sum to the payment {}",
-                a.amount_minor
+                "allocation of {} on {}: parts {parts:?} do not sum to the payment {}",
+                a.payment, a.account_id, a.amount_minor
             ));
         }
     }
@@ -319,14 +310,15 @@ pub async fn reconcile(
             .filter(|c| c.verdict == "APPLIED" && c.event_type == "PAYMENT_SETTLED")
         {
             report.payments_checked += 1;
-            let key = match servicing_domain::AccountId::parse(&claim.account_id) {
-                Ok(account) => servicing_store::items::allocation_key(&account, &claim.source()),
-                Err(_) => (format!("LOAN#{}", claim.account_id), String::new()),
-            };
-            if !allocation_keys.contains(&key) {
+            let listed = claim.allocation.as_ref().is_some_and(|a| {
+                a.account_id.as_str() == claim.account_id
+                    && claim.allocated_to.as_deref() == Some(claim.account_id.as_str())
+            });
+            if !listed {
                 report.problems.push(format!(
-                    "applied payment {} / {} has no allocation",
-                    key.0, key.1
+                    "applied payment {} on {} has no allocation listed for its account",
+                    claim.source(),
+                    claim.account_id
                 ));
             }
         }

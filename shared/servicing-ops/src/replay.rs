@@ -94,8 +94,10 @@ pub async fn claim_window(
 ) -> anyhow::Result<ClaimWindow> {
     let claim = account_state_claim(client, table, source).await?;
     Ok(match claim.map(|c| c.expires_at) {
-        Some(expires) if expires > now + QUEUE_RETENTION_SECS => ClaimWindow::Covered,
-        Some(expires) if expires > now => ClaimWindow::ExpiresFirst(expires),
+        // An applied payment's record never expires.
+        Some(None) => ClaimWindow::Covered,
+        Some(Some(expires)) if expires > now + QUEUE_RETENTION_SECS => ClaimWindow::Covered,
+        Some(Some(expires)) if expires > now => ClaimWindow::ExpiresFirst(expires),
         _ => ClaimWindow::Unclaimed,
     })
 }

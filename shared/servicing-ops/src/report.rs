@@ -3,11 +3,11 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::AccountId;
-use servicing_store::schema::{self, OutboxRecord};
+use servicing_store::schema::{self, ClaimRecord};
 use servicing_store::{ServicingStore, StoreError};
 
-/// The `detail` of an account's outbox events of one type, in business-time order. A scan:
-/// for operators and tests on small tables, never on a hot path.
+/// The `detail` of an account's published events of one type (carried by its facts' records),
+/// in business-time order. A scan: for operators and tests on small tables, never on a hot path.
 pub async fn outbox_details(
     store: &ServicingStore,
     account_id: &AccountId,
@@ -17,10 +17,11 @@ pub async fn outbox_details(
         .client()
         .scan()
         .table_name(store.table())
-        .filter_expression("itemType = :outbox AND accountId = :account AND detailType = :type")
-        .expression_attribute_values(":outbox", AttributeValue::S(OutboxRecord::ITEM_TYPE.into()))
+        .filter_expression(
+            "itemType = :claim AND accountId = :account AND attribute_exists(outbox)",
+        )
+        .expression_attribute_values(":claim", AttributeValue::S(ClaimRecord::ITEM_TYPE.into()))
         .expression_attribute_values(":account", AttributeValue::S(account_id.as_str().into()))
-        .expression_attribute_values(":type", AttributeValue::S(detail_type.into()))
         .consistent_read(true)
         .into_paginator()
         .items()
@@ -28,18 +29,17 @@ pub async fn outbox_details(
         .try_collect()
         .await
         .map_err(servicing_store::classify)?;
-    let mut out = found
-        .into_iter()
-        .map(|item| {
-            let record: OutboxRecord = schema::from_item(item)?;
-            serde_json::from_str(&record.detail).map_err(|e| {
-                StoreError::Corrupt(format!(
-                    "outbox {} detail is not JSON: {e}",
-                    record.event_id
-                ))
-            })
-        })
-        .collect::<Result<Vec<serde_json::Value>, StoreError>>()?;
+    let mut out = Vec::new();
+    for item in found {
+        let record: ClaimRecord = schema::from_item(item)?;
+        out.extend(
+            record
+                .events()?
+                .into_iter()
+                .filter(|e| e.detail_type == detail_type)
+                .map(|e| e.detail),
+        );
+    }
     out.sort_by(|a: &serde_json::Value, b| {
         (a["occurredAt"].as_str(), a["eventId"].as_str())
             .cmp(&(b["occurredAt"].as_str(), b["eventId"].as_str()))

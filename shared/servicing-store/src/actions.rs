@@ -239,7 +239,14 @@ impl ServicingStore {
             None => Verdict::Applied,
             Some(_) => Verdict::Stale,
         };
-        let claim = items::claim_item(&self.config.consumer, unit, verdict, now, expires_at)?;
+        let claim = items::claim_item(
+            &self.config.consumer,
+            unit,
+            verdict,
+            now,
+            Some(expires_at),
+            None,
+        )?;
         let claim = Put::builder()
             .table_name(&self.config.table)
             .set_item(Some(claim))

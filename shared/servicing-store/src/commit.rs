@@ -17,7 +17,8 @@ use crate::{ActionIntent, LoanItem, QuarantineEntry, ServicingStore, StoreError,
 /// The effect a unit of work commits next to its claim.
 #[derive(Debug)]
 pub enum Effect<'a> {
-    /// Apply: the loan write, the allocation write and the outbox items.
+    /// Apply: the loan write and the fact's record carrying its events and (a payment) its
+    /// allocation; a reversal also marks its payment's record.
     Apply(&'a Applied),
     /// Stale set-state event: only the claim.
     Stale,
@@ -31,14 +32,15 @@ pub enum Effect<'a> {
 }
 
 impl Effect<'_> {
-    /// The items its unit of work adds to a transaction: its claim and its own items (the loan
+    /// The items its unit of work adds to a transaction: its record and its own items (the loan
     /// write, shared by a group's units, is not counted). The group planner sizes transactions
     /// with it; `transaction_items` is what it must agree with (unit-tested).
     pub fn items(&self) -> usize {
         1 + match self {
-            Effect::Apply(applied) => {
-                usize::from(applied.allocation.is_some()) + applied.outbox.len()
-            }
+            Effect::Apply(applied) => usize::from(matches!(
+                applied.allocation,
+                Some(AllocationWrite::MarkReversed { .. })
+            )),
             Effect::Intent(intent) => usize::from(intent.is_some()),
             Effect::Reject(_) => 1,
             Effect::Stale | Effect::Park => 0,
@@ -116,27 +118,16 @@ enum Role {
     /// Unit `i`'s own conditional item whose failure means the state moved (a released fact's
     /// claim): re-read.
     Condition(usize),
-    /// Unit `i`'s own create-only item, keyed by the fact (its allocation, outbox events,
-    /// action intent): if it exists, this very fact was applied before although its claim is
-    /// gone — a duplicate, which no re-read would change.
+    /// Unit `i`'s own create-only item, keyed by the fact (its action intent): if it exists,
+    /// this very fact was applied before although its claim is gone — a duplicate, which no
+    /// re-read would change.
     Evidence(usize),
-    /// Unit `i`'s mark on the payment it reverses: refused with the payment's allocation
-    /// (`ALL_OLD`), which tells this reversal (a duplicate) from another one (re-read).
+    /// Unit `i`'s mark on the payment it reverses: refused with the payment's record
+    /// (`ALL_OLD`), whose allocation tells this reversal (a duplicate) from another one
+    /// (re-read).
     Reversal(usize),
     /// An unconditional put (quarantine).
     Plain,
-}
-
-/// An event to publish through the outbox, in its final form.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboxEntry {
-    pub event_id: String,
-    /// EventBridge `source`.
-    pub source: String,
-    /// EventBridge `detail-type`.
-    pub detail_type: String,
-    pub account_id: AccountId,
-    pub detail: serde_json::Value,
 }
 
 impl ServicingStore {
@@ -218,13 +209,19 @@ impl ServicingStore {
         }
         let expires_at = now + self.config.claim_retention.as_secs() as i64;
         for (i, unit) in units.iter().enumerate() {
-            let verdict = match unit.effect {
-                Effect::Apply(_) | Effect::Intent(_) => Verdict::Applied,
-                Effect::Stale => Verdict::Stale,
-                Effect::Reject(_) => Verdict::Rejected,
-                Effect::Park => Verdict::Parked,
+            let (verdict, applied) = match unit.effect {
+                Effect::Apply(applied) => (Verdict::Applied, Some(applied)),
+                Effect::Intent(_) => (Verdict::Applied, None),
+                Effect::Stale => (Verdict::Stale, None),
+                Effect::Reject(_) => (Verdict::Rejected, None),
+                Effect::Park => (Verdict::Parked, None),
             };
-            let claim = items::claim_item(&self.config.consumer, unit, verdict, now, expires_at)?;
+            // An applied payment is remembered for as long as its allocation: for good.
+            let is_payment =
+                applied.is_some_and(|a| matches!(a.allocation, Some(AllocationWrite::Record(_))));
+            let expiry = (!is_payment).then_some(expires_at);
+            let claim =
+                items::claim_item(&self.config.consumer, unit, verdict, now, expiry, applied)?;
             if unit.released {
                 // Its own PARKED claim (or none, if an operator removed it): the loan's version
                 // condition guarantees the fact is still parked.
@@ -246,17 +243,10 @@ impl ServicingStore {
 
             match &unit.effect {
                 Effect::Apply(applied) => {
-                    if let Some(allocation) = &applied.allocation {
-                        let role = match allocation {
-                            AllocationWrite::Record(_) => Role::Evidence(i),
-                            AllocationWrite::MarkReversed { .. } => Role::Reversal(i),
-                        };
-                        transaction.push(role, self.allocation_write(unit.account_id, allocation)?);
-                    }
-                    for event in &applied.outbox {
-                        let item =
-                            items::outbox_item(&self.config.consumer, event, now, expires_at)?;
-                        transaction.push(Role::Evidence(i), self.put(item, Some(CREATE_ONLY))?);
+                    if let Some(AllocationWrite::MarkReversed { payment, reversal }) =
+                        &applied.allocation
+                    {
+                        transaction.push(Role::Reversal(i), self.mark_reversed(payment, reversal)?);
                     }
                 }
                 Effect::Intent(Some(intent)) => {
@@ -273,36 +263,31 @@ impl ServicingStore {
         Ok(transaction)
     }
 
-    fn allocation_write(
+    /// A reversal's mark on its payment's record, once: the allocation must be there and not
+    /// reversed yet.
+    fn mark_reversed(
         &self,
-        account_id: &AccountId,
-        write: &AllocationWrite,
+        payment: &SourceRef,
+        reversal: &SourceRef,
     ) -> Result<TransactWriteItem, StoreError> {
-        match write {
-            AllocationWrite::Record(stored) => {
-                self.put(items::allocation_item(stored)?, Some(CREATE_ONLY))
-            }
-            AllocationWrite::MarkReversed { payment, reversal } => {
-                let update = Update::builder()
-                    .table_name(&self.config.table)
-                    .set_key(Some(items::key_item(items::allocation_key(
-                        account_id, payment,
-                    ))))
-                    .update_expression("SET #reversedBy = :reversal")
-                    .condition_expression(
-                        "attribute_exists(pk) AND attribute_not_exists(#reversedBy)",
-                    )
-                    .expression_attribute_names("#reversedBy", items::REVERSED_BY)
-                    .expression_attribute_values(":reversal", items::source_ref_value(reversal)?)
-                    // Tells this reversal (reversedBy is itself: a duplicate) from another.
-                    .return_values_on_condition_check_failure(
-                        ReturnValuesOnConditionCheckFailure::AllOld,
-                    )
-                    .build()
-                    .map_err(invalid_request)?;
-                Ok(TransactWriteItem::builder().update(update).build())
-            }
-        }
+        let update = Update::builder()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::claim_key(
+                &self.config.consumer,
+                payment,
+            ))))
+            .update_expression("SET #allocation.#reversedBy = :reversal")
+            .condition_expression(
+                "attribute_exists(#allocation) AND attribute_not_exists(#allocation.#reversedBy)",
+            )
+            .expression_attribute_names("#allocation", items::ALLOCATION)
+            .expression_attribute_names("#reversedBy", items::REVERSED_BY)
+            .expression_attribute_values(":reversal", items::source_ref_value(reversal)?)
+            // Tells this reversal (reversedBy is itself: a duplicate) from another.
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(invalid_request)?;
+        Ok(TransactWriteItem::builder().update(update).build())
     }
 
     /// A put of `item` into the table, under `condition` when given.
@@ -370,9 +355,8 @@ pub(crate) fn refused_claim(
 
 /// Maps the reasons of a cancelled transaction to one outcome per unit. A refused claim wins
 /// for its unit: the fact was judged before. So does a refused item that only this fact could
-/// have written (its allocation, outbox event or action, or its own mark on the payment it
-/// reverses): the fact was applied before, its claim is gone (expired) — a duplicate, which no
-/// re-read could change. The other units share the reason the transaction
+/// have written (its action, or its own mark on the payment it reverses): the fact was applied
+/// before, its claim is gone (expired) — a duplicate, which no re-read could change. The other units share the reason the transaction
 /// failed for: the loan moved (`VersionConflict`), an allocation or action item was not as
 /// judged (`BusinessConditionFailed`), a concurrent transaction (`Contended`), or only refused
 /// claims (`Withdrawn`). DynamoDB reports a reason per item (both local engines too), so every
@@ -400,10 +384,8 @@ fn map_cancellation(
             (Role::Reversal(i), "ConditionalCheckFailed") => {
                 let by_itself = reason
                     .item()
-                    .and_then(|item| item.get(items::REVERSED_BY))
-                    .and_then(|v| {
-                        serde_dynamo::from_attribute_value::<_, SourceRef>(v.clone()).ok()
-                    })
+                    .and_then(|item| items::allocation_from_claim(item).ok().flatten())
+                    .and_then(|allocation| allocation.reversed_by)
                     .is_some_and(|by| &by == units[*i].source);
                 if by_itself {
                     refused[*i].get_or_insert(CommitOutcome::Duplicate);
@@ -485,6 +467,7 @@ mod tests {
             r#"{"sourceSystem":"psp","sourceEventId":"pay-1","eventType":"PAYMENT_SETTLED","accountId":"acc_1","eventTime":"2026-09-10T09:00:00Z","amountMinor":1000,"currency":"EUR"}"#,
         );
         assert!(paid.allocation.is_some() && !paid.outbox.is_empty());
+        // One record per fact: the payment's events and allocation ride on its claim.
         let fingerprint = Fingerprint::of(&pay);
         let entry = QuarantineEntry::new("m-1", "{}", "rule", "a reason");
         let intent = ActionIntent {

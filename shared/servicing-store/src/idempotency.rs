@@ -6,11 +6,11 @@ use aws_sdk_dynamodb::types::{
 };
 use servicing_domain::{AccountId, Currency, Fingerprint};
 
-use crate::conditions::CREATE_ONLY;
 use crate::errors::{classify_service, invalid_request, refuses_the_request};
 use crate::items::{self, Item, s};
+use crate::schema::OutboxEvent;
 use crate::schema::{self, IdempotencyRecord};
-use crate::{OutboxEntry, ServicingStore, StoreError, now_epoch};
+use crate::{ServicingStore, StoreError, now_epoch};
 
 /// A stored API response, replayed for a repeated idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,9 +40,10 @@ pub enum CommandOutcome {
 
 impl ServicingStore {
     /// Records an API command: the caller-scoped idempotency record (request fingerprint,
-    /// response status and body, expiry) and the outbox entry, in ONE `TransactWriteItems`,
-    /// conditioned on the account existing in `currency` — one round trip, no read first. A
-    /// repeated key returns the stored record instead.
+    /// response status and body, replay horizon, and the event the relay sends on from its
+    /// stream image), in ONE `TransactWriteItems` with a check that the account exists in
+    /// `currency` — one round trip, no read first, one item written. A repeated key returns the
+    /// stored record instead.
     #[tracing::instrument(skip_all)]
     pub async fn record_command(
         &self,
@@ -51,7 +52,7 @@ impl ServicingStore {
         account_id: &AccountId,
         currency: &Currency,
         response: &StoredResponse,
-        outbox: &OutboxEntry,
+        outbox: &OutboxEvent,
     ) -> Result<CommandOutcome, StoreError> {
         let (now, _) = now_epoch();
         let replay_until = now + self.config.claim_retention.as_secs() as i64;
@@ -63,6 +64,7 @@ impl ServicingStore {
             pk,
             sk,
             item_type: IdempotencyRecord::ITEM_TYPE.into(),
+            schema_version: schema::SCHEMA_VERSION,
             principal_scope: principal_scope.into(),
             idempotency_key: key.into(),
             fingerprint: response.request_fingerprint.as_str().into(),
@@ -71,6 +73,8 @@ impl ServicingStore {
             created_at: now,
             replay_until: Some(replay_until),
             expires_at: None,
+            outbox: OutboxEvent::encode(std::slice::from_ref(outbox))?,
+            trace_header: items::current_trace_header(),
         })?;
         let account_in_currency = ConditionCheck::builder()
             .table_name(&self.config.table)
@@ -82,7 +86,6 @@ impl ServicingStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(invalid_request)?;
-        let outbox_item = items::raw_outbox_item(outbox, now, replay_until)?;
         let result = self
             .client
             .transact_write_items()
@@ -92,7 +95,6 @@ impl ServicingStore {
                     .condition_check(account_in_currency)
                     .build(),
             )
-            .transact_items(self.put(outbox_item, Some(CREATE_ONLY))?)
             .send()
             .await;
         let cancelled = match result {

@@ -3,7 +3,11 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use servicing_domain::{AccountId, DomainEvent, ParkedFacts, SourceRef, StoredAllocation};
+use servicing_domain::{
+    AccountId, AllocationWrite, Applied, DomainEvent, ParkedFacts, SourceRef, StoredAllocation,
+};
+
+use crate::schema::{ClaimRecord, OutboxEvent};
 
 use crate::{LoanItem, RecentFacts, StoreError};
 
@@ -23,6 +27,13 @@ pub const RECENT_FACTS: &str = "recentFacts";
 /// The loan item's parked facts (`ParkedFacts`, absent when none).
 pub const PARKED_FACTS: &str = "parkedFacts";
 pub const ACCOUNT_ID: &str = "accountId";
+/// Every record's layout version (`schema::SCHEMA_VERSION`).
+pub const SCHEMA_VERSION: &str = "schemaVersion";
+/// An applied payment's allocation, on its fact record (`ClaimRecord::allocation`).
+pub const ALLOCATION: &str = "allocation";
+/// The sparse index listing an account's allocations, and its key (`ClaimRecord::allocated_to`).
+pub const ALLOCATIONS_INDEX: &str = "AllocationsIndex";
+pub const ALLOCATED_TO: &str = "allocatedTo";
 
 pub fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
@@ -35,14 +46,6 @@ pub fn n(value: impl ToString) -> AttributeValue {
 /// `(pk, sk)` of a loan's state item.
 pub fn loan_key(account: &AccountId) -> (String, String) {
     (format!("LOAN#{account}"), "STATE".to_owned())
-}
-
-/// Allocations live in the loan's partition, keyed by the payment's identity.
-pub fn allocation_key(account: &AccountId, payment: &SourceRef) -> (String, String) {
-    (
-        format!("LOAN#{account}"),
-        format!("ALLOC#{}#{}", payment.system, payment.event_id),
-    )
 }
 
 /// Claims are keyed by `(consumer, sourceSystem, sourceEventId)` and not by account, so a reused
@@ -80,10 +83,6 @@ pub fn action_item(intent: &crate::ActionIntent, now: i64) -> Result<Item, Store
     })
 }
 
-pub fn outbox_key(event_id: &str) -> (String, String) {
-    (format!("OUTBOX#{event_id}"), "OUTBOX".to_owned())
-}
-
 /// Quarantine items are partitioned per consumer and day, sorted by time then message id.
 pub fn quarantine_key(
     consumer: &str,
@@ -116,6 +115,7 @@ pub fn loan_item(loan: &LoanItem) -> Result<Item, StoreError> {
     };
     let mut item = with_key(item, loan_key(&loan.account_id), "LOAN");
     item.insert(VERSION.to_owned(), n(loan.version));
+    item.insert(SCHEMA_VERSION.to_owned(), n(crate::schema::SCHEMA_VERSION));
     // In the arrears index only while something billed is unpaid (a sparse index).
     if let Some(attributes) = loan
         .account
@@ -158,19 +158,6 @@ pub fn loan_from_item(mut item: Item) -> Result<LoanItem, StoreError> {
     })
 }
 
-pub fn allocation_item(allocation: &StoredAllocation) -> Result<Item, StoreError> {
-    let item: Item = serde_dynamo::to_item(allocation).map_err(encode_error)?;
-    Ok(with_key(
-        item,
-        allocation_key(&allocation.account_id, &allocation.payment),
-        "ALLOCATION",
-    ))
-}
-
-pub fn allocation_from_item(item: Item) -> Result<StoredAllocation, StoreError> {
-    serde_dynamo::from_item(item).map_err(decode_error)
-}
-
 pub fn source_ref_value(source: &SourceRef) -> Result<AttributeValue, StoreError> {
     serde_dynamo::to_attribute_value(source).map_err(encode_error)
 }
@@ -196,18 +183,30 @@ impl Verdict {
     }
 }
 
+/// A fact's record: its claim and, when `applied`, the events to publish and a payment's
+/// allocation (`None` expiry: remembered for good — an applied payment).
 pub fn claim_item(
     consumer: &str,
     unit: &crate::UnitOfWork<'_>,
     verdict: Verdict,
     now: i64,
-    expires_at: i64,
+    expires_at: Option<i64>,
+    applied: Option<&Applied>,
 ) -> Result<Item, StoreError> {
     let (pk, sk) = claim_key(consumer, unit.source);
-    crate::schema::to_item(&crate::schema::ClaimRecord {
+    let events: Vec<OutboxEvent> = applied
+        .map(|a| a.outbox.iter().map(|e| outbox_event(consumer, e)).collect())
+        .unwrap_or_default();
+    let allocation = applied.and_then(|a| match &a.allocation {
+        Some(AllocationWrite::Record(stored)) => Some(stored.clone()),
+        _ => None,
+    });
+    let outbox = OutboxEvent::encode(&events)?;
+    crate::schema::to_item(&ClaimRecord {
         pk,
         sk,
-        item_type: crate::schema::ClaimRecord::ITEM_TYPE.into(),
+        item_type: ClaimRecord::ITEM_TYPE.into(),
+        schema_version: crate::schema::SCHEMA_VERSION,
         consumer: consumer.into(),
         source_system: unit.source.system.clone(),
         source_event_id: unit.source.event_id.clone(),
@@ -217,7 +216,21 @@ pub fn claim_item(
         verdict: verdict.as_str().into(),
         claimed_at: now,
         expires_at,
+        trace_header: outbox.as_ref().and_then(|_| current_trace_header()),
+        outbox,
+        allocated_to: allocation
+            .as_ref()
+            .map(|a| a.account_id.as_str().to_owned()),
+        allocation,
     })
+}
+
+/// The allocation a fact record carries (`None` on any other record).
+pub fn allocation_from_claim(claim: &Item) -> Result<Option<StoredAllocation>, StoreError> {
+    claim
+        .get(ALLOCATION)
+        .map(|value| serde_dynamo::from_attribute_value(value.clone()).map_err(decode_error))
+        .transpose()
 }
 
 /// The account a claim says its fact was applied on, when that is another than `account`.
@@ -234,50 +247,19 @@ pub fn event_source(consumer: &str) -> String {
     format!("servicing.{consumer}")
 }
 
-pub fn outbox_item(
-    consumer: &str,
-    event: &DomainEvent,
-    now: i64,
-    expires_at: i64,
-) -> Result<Item, StoreError> {
-    raw_outbox_item(
-        &crate::OutboxEntry {
-            event_id: event.event_id.clone(),
-            source: event_source(consumer),
-            detail_type: event.detail_type.clone(),
-            account_id: event.account_id.clone(),
-            detail: event.detail(),
-        },
-        now,
-        expires_at,
-    )
-}
-
-pub fn raw_outbox_item(
-    entry: &crate::OutboxEntry,
-    now: i64,
-    expires_at: i64,
-) -> Result<Item, StoreError> {
-    let (pk, sk) = outbox_key(&entry.event_id);
-    crate::schema::to_item(&crate::schema::OutboxRecord {
-        pk,
-        sk,
-        item_type: crate::schema::OutboxRecord::ITEM_TYPE.into(),
-        event_id: entry.event_id.clone(),
-        source: entry.source.clone(),
-        detail_type: entry.detail_type.clone(),
-        account_id: entry.account_id.as_str().into(),
-        detail: entry.detail.to_string(),
-        created_at: now,
-        expires_at,
-        trace_header: current_trace_header(),
-    })
+/// A domain event as the relay publishes it.
+pub fn outbox_event(consumer: &str, event: &DomainEvent) -> OutboxEvent {
+    OutboxEvent {
+        source: event_source(consumer),
+        detail_type: event.detail_type.clone(),
+        detail: event.detail(),
+    }
 }
 
 /// The X-Ray trace header of the invocation writing the item: lambda_runtime sets
 /// `_X_AMZN_TRACE_ID` for each invocation (one at a time per process), so the relay can carry
 /// the trace through `PutEvents` and the servicing queue.
-fn current_trace_header() -> Option<String> {
+pub(crate) fn current_trace_header() -> Option<String> {
     std::env::var("_X_AMZN_TRACE_ID")
         .ok()
         .filter(|h| !h.is_empty())

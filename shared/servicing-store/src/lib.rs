@@ -1,8 +1,8 @@
 //! DynamoDB adapter of the servicing consumers.
 //!
-//! Every fact's unit of work is committed in ONE `TransactWriteItems`: the claim put, the
-//! version-checked loan write, the allocation write and the outbox items (or the quarantine item)
-//! commit together or not at all. Several facts of one account may share that transaction (the
+//! Every fact's unit of work is committed in ONE `TransactWriteItems`: the fact's record (its
+//! claim, carrying the events to publish and a payment's allocation) and the version-checked
+//! loan write (or the quarantine item) commit together or not at all. Several facts of one account may share that transaction (the
 //! loan is then written once, carrying all their effects); each keeps its own claim. A refused
 //! transaction is mapped from its `CancellationReasons`, item by item, to one outcome per fact;
 //! a refused claim's old item (returned with `ALL_OLD`) tells a duplicate from a collision
@@ -37,13 +37,14 @@ use aws_sdk_dynamodb::Client;
 
 pub use actions::{ActionIntent, ActionRecord, ActionStatus};
 pub use combine::{MAX_TRANSACTION_ITEMS, Participant};
-pub use commit::{CommitOutcome, Effect, LoanWrite, OutboxEntry, Transaction, UnitOfWork};
+pub use commit::{CommitOutcome, Effect, LoanWrite, Transaction, UnitOfWork};
 pub use errors::{StoreError, classify};
 pub use idempotency::{CommandOutcome, StoredResponse};
 pub use loans::{LoanItem, Snapshot, Target};
 pub use parked::{ExpiredFact, ExpiryOutcome, UndecodableLoan};
 pub use quarantine::QuarantineEntry;
 pub use recent::{RECENT_FACTS_MAX, RECENT_FACTS_WINDOW, RecentFacts};
+pub use schema::OutboxEvent;
 
 /// Default retention of idempotency claims: longer than any replay an operator may run.
 pub const DEFAULT_CLAIM_RETENTION: Duration = Duration::from_secs(35 * 24 * 3600);

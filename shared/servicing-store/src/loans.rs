@@ -42,19 +42,17 @@ pub enum Target {
 }
 
 impl Target {
-    /// What is known of a reversal's target from its allocation in the reversal's account and
-    /// its claim (either may be missing).
-    fn of(
-        account_id: &AccountId,
-        allocation: Option<Item>,
-        claim: Option<Item>,
-    ) -> Result<Target, StoreError> {
-        if let Some(item) = allocation {
-            return Ok(Target::Applied(items::allocation_from_item(item)?));
-        }
+    /// What is known of a reversal's target from its record (its claim, which carries the
+    /// allocation of a payment applied; it may be missing).
+    fn of(account_id: &AccountId, claim: Option<Item>) -> Result<Target, StoreError> {
         let Some(claim) = claim else {
             return Ok(Target::NotApplied);
         };
+        if let Some(allocation) = items::allocation_from_claim(&claim)?
+            && &allocation.account_id == account_id
+        {
+            return Ok(Target::Applied(allocation));
+        }
         let event_type = items::string(&claim, CLAIM_EVENT_TYPE).unwrap_or_default();
         let applied = items::string(&claim, items::VERDICT) == Some(Verdict::Applied.as_str());
         if applied && event_type != PAYMENT_SETTLED {
@@ -97,8 +95,8 @@ impl Snapshot {
 
 impl ServicingStore {
     /// One consistent read of the account's loan item and, in the same request, what is known
-    /// of `payments` (the payments its reversals refer to): the allocation in this account's
-    /// partition, or else the payment's claim, which names the account it was applied on.
+    /// of `payments` (the payments its reversals refer to): each payment's record, which holds
+    /// its allocation when applied and names the account it was applied on.
     #[tracing::instrument(skip_all, fields(account = %account_id))]
     pub async fn load(
         &self,
@@ -141,7 +139,7 @@ impl ServicingStore {
             .map(|_| ())
     }
 
-    /// `BatchGetItem` of `loan` (returned) and, per payment, its allocation here and its claim;
+    /// `BatchGetItem` of `loan` (returned) and, per payment, its record;
     /// each payment's target goes into `targets` (a claim of an applied fact of another type
     /// than `PAYMENT_SETTLED` makes it [`Target::NotAPayment`]).
     async fn read_targets(
@@ -156,7 +154,6 @@ impl ServicingStore {
         let unique: std::collections::BTreeSet<&SourceRef> = payments.iter().copied().collect();
         let mut keys: Vec<(String, String)> = loan.iter().cloned().collect();
         for payment in &unique {
-            keys.push(items::allocation_key(account_id, payment));
             keys.push(items::claim_key(&self.config.consumer, payment));
         }
         let mut found: HashMap<(String, String), Item> = HashMap::new();
@@ -164,9 +161,8 @@ impl ServicingStore {
             found.extend(self.batch_get(chunk).await?);
         }
         for payment in unique {
-            let allocation = found.remove(&items::allocation_key(account_id, payment));
             let claim = found.remove(&items::claim_key(&self.config.consumer, payment));
-            let target = Target::of(account_id, allocation, claim)?;
+            let target = Target::of(account_id, claim)?;
             targets.insert(payment.clone(), target);
         }
         Ok(loan.and_then(|key| found.remove(&key)))
@@ -219,27 +215,35 @@ impl ServicingStore {
         ))
     }
 
-    /// Every stored allocation of an account (its partition, `ALLOC#` items).
+    /// Every stored allocation of an account, in the order of the payments' identities: its
+    /// applied payments' records, through the sparse `AllocationsIndex` (eventually
+    /// consistent: a payment applied a moment ago may not be listed yet).
     pub async fn allocations(
         &self,
         account_id: &AccountId,
     ) -> Result<Vec<StoredAllocation>, StoreError> {
-        let (pk, _) = items::loan_key(account_id);
         let found: Vec<Item> = self
             .client
             .query()
             .table_name(&self.config.table)
-            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-            .expression_attribute_values(":pk", s(pk))
-            .expression_attribute_values(":prefix", s("ALLOC#"))
-            .consistent_read(true)
+            .index_name(items::ALLOCATIONS_INDEX)
+            .key_condition_expression("#account = :account")
+            .expression_attribute_names("#account", items::ALLOCATED_TO)
+            .expression_attribute_values(":account", s(account_id.as_str()))
             .into_paginator()
             .items()
             .send()
             .try_collect()
             .await
             .map_err(classify)?;
-        found.into_iter().map(items::allocation_from_item).collect()
+        let mut allocations = Vec::with_capacity(found.len());
+        for item in &found {
+            allocations.extend(items::allocation_from_claim(item)?);
+        }
+        allocations.sort_by(|a, b| {
+            (&a.payment.system, &a.payment.event_id).cmp(&(&b.payment.system, &b.payment.event_id))
+        });
+        Ok(allocations)
     }
 }
 
@@ -253,6 +257,7 @@ mod tests {
             pk: "CLAIM#account-state#psp#t1".into(),
             sk: "CLAIM".into(),
             item_type: ClaimRecord::ITEM_TYPE.into(),
+            schema_version: crate::schema::SCHEMA_VERSION,
             consumer: "account-state".into(),
             source_system: "psp".into(),
             source_event_id: "t1".into(),
@@ -261,7 +266,11 @@ mod tests {
             fingerprint: "sha256:00".into(),
             verdict: verdict.as_str().into(),
             claimed_at: 1,
-            expires_at: 2,
+            expires_at: Some(2),
+            outbox: None,
+            allocation: None,
+            allocated_to: None,
+            trace_header: None,
         })
         .expect("claim item")
     }
@@ -272,20 +281,20 @@ mod tests {
         for account in ["acc_1", "acc_2"] {
             let claim = claim("FEE_ASSESSED", Verdict::Applied, account);
             assert_eq!(
-                Target::of(&here, None, Some(claim)).expect("target"),
+                Target::of(&here, Some(claim)).expect("target"),
                 Target::NotAPayment("FEE_ASSESSED".into())
             );
         }
         // Not applied (yet): the reversal waits for it.
         let parked = claim("FEE_ASSESSED", Verdict::Parked, "acc_1");
         assert_eq!(
-            Target::of(&here, None, Some(parked)).expect("target"),
+            Target::of(&here, Some(parked)).expect("target"),
             Target::NotApplied
         );
         // A payment applied elsewhere stays a mismatch.
         let payment = claim("PAYMENT_SETTLED", Verdict::Applied, "acc_2");
         assert_eq!(
-            Target::of(&here, None, Some(payment)).expect("target"),
+            Target::of(&here, Some(payment)).expect("target"),
             Target::Elsewhere(AccountId::parse("acc_2").expect("id"))
         );
     }

@@ -1,20 +1,29 @@
-//! The typed records of the table's claim and quarantine items: the writers build them, the
+//! The typed records of the table's fact (claim), idempotency, action and quarantine items: the writers build them, the
 //! operators' readers (`servicing-ops`) decode them, and `serde_dynamo` maps them — one place
 //! that names their attributes (`infra/schema.md`).
 
 use serde::{Deserialize, Serialize};
-use servicing_domain::{AccountId, Bucket, SourceRef};
+use servicing_domain::{AccountId, Bucket, SourceRef, StoredAllocation};
 
 use crate::StoreError;
 use crate::items::Item;
 
-/// A fact's claim: who judged it, how, and until when it deduplicates.
+/// The version of the table's layout, on every fact and idempotency record (`schemaVersion`):
+/// 2 is one record per fact (its claim carries its events and allocation). Nothing was deployed
+/// with version 1 (separate outbox and allocation items), so no item lacks it in service.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The record of a fact (its claim): who judged it, how, until when it deduplicates, and — when
+/// applied — what it wrote besides the loan: the events the relay publishes from this record's
+/// stream image and, for a payment, its allocation. One item per fact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimRecord {
     pub pk: String,
     pub sk: String,
     pub item_type: String,
+    #[serde(default)]
+    pub schema_version: u32,
     pub consumer: String,
     pub source_system: String,
     pub source_event_id: String,
@@ -25,8 +34,23 @@ pub struct ClaimRecord {
     pub verdict: String,
     /// Epoch seconds.
     pub claimed_at: i64,
-    /// Epoch seconds; past it the claim no longer deduplicates (TTL deletes it later).
-    pub expires_at: i64,
+    /// Epoch seconds; past it the claim no longer deduplicates (TTL deletes it later). Absent on
+    /// an applied payment: it is remembered for as long as its allocation, for good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    /// The applied fact's events, as the relay publishes them (JSON array of [`OutboxEvent`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbox: Option<String>,
+    /// An applied payment's allocation; a reversal marks it (`allocation.reversedBy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<StoredAllocation>,
+    /// The account of an applied payment: the key of the sparse `AllocationsIndex` that lists an
+    /// account's allocations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_to: Option<String>,
+    /// The X-Ray trace of the invocation that applied it, carried on to EventBridge and SQS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_header: Option<String>,
 }
 
 impl ClaimRecord {
@@ -37,6 +61,49 @@ impl ClaimRecord {
             system: self.source_system.clone(),
             event_id: self.source_event_id.clone(),
         }
+    }
+
+    /// The events its write published (none unless applied).
+    pub fn events(&self) -> Result<Vec<OutboxEvent>, StoreError> {
+        OutboxEvent::decode(self.outbox.as_deref())
+    }
+}
+
+/// An event to publish, in its final form, as a fact or idempotency record carries it (in its
+/// `outbox` attribute, a JSON array) for the relay. Its id is the detail's `eventId` (kept once:
+/// the record's size is what its write costs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxEvent {
+    /// EventBridge `source` (`servicing.<consumer>`).
+    pub source: String,
+    /// EventBridge `detail-type`.
+    pub detail_type: String,
+    /// EventBridge `detail`, with the event's `eventId`.
+    pub detail: serde_json::Value,
+}
+
+impl OutboxEvent {
+    /// The event's id (downstream consumers deduplicate on it).
+    pub fn event_id(&self) -> &str {
+        self.detail["eventId"].as_str().unwrap_or_default()
+    }
+
+    /// The `outbox` attribute of `events` (`None` when there are none).
+    pub fn encode(events: &[OutboxEvent]) -> Result<Option<String>, StoreError> {
+        if events.is_empty() {
+            return Ok(None);
+        }
+        serde_json::to_string(events)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode outbox events: {e}")))
+    }
+
+    pub fn decode(outbox: Option<&str>) -> Result<Vec<OutboxEvent>, StoreError> {
+        outbox.map_or(Ok(Vec::new()), |json| {
+            serde_json::from_str(json)
+                .map_err(|e| StoreError::Corrupt(format!("undecodable outbox events: {e}")))
+        })
     }
 }
 
@@ -100,33 +167,6 @@ impl QuarantineRecord {
     }
 }
 
-/// An event to publish, written in its fact's transaction; the relay reads it from the stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OutboxRecord {
-    pub pk: String,
-    pub sk: String,
-    pub item_type: String,
-    pub event_id: String,
-    /// EventBridge `source` (`servicing.<consumer>`).
-    pub source: String,
-    pub detail_type: String,
-    pub account_id: String,
-    /// The event's JSON (EventBridge `detail`).
-    pub detail: String,
-    /// Epoch seconds.
-    pub created_at: i64,
-    /// Epoch seconds (claim retention: TTL removes it after).
-    pub expires_at: i64,
-    /// The X-Ray trace of the invocation that wrote it, carried on to EventBridge and SQS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace_header: Option<String>,
-}
-
-impl OutboxRecord {
-    pub const ITEM_TYPE: &'static str = "OUTBOX";
-}
-
 /// An API idempotency record: the caller's key, the request it was first used with and the
 /// response it replays. Never deleted (no `expiresAt`): past `replayUntil` it refuses the key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,6 +175,8 @@ pub struct IdempotencyRecord {
     pub pk: String,
     pub sk: String,
     pub item_type: String,
+    #[serde(default)]
+    pub schema_version: u32,
     pub principal_scope: String,
     pub idempotency_key: String,
     /// Of the request.
@@ -148,6 +190,12 @@ pub struct IdempotencyRecord {
     pub replay_until: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+    /// The accepted command's event (JSON array of one [`OutboxEvent`]): the relay sends it on
+    /// from this record's stream image. Absent on a refused command's record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbox: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_header: Option<String>,
 }
 
 impl IdempotencyRecord {
