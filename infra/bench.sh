@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks (not part of the test suite; figures in the README come from these commands):
 #   infra/bench.sh [loadgen options]   end-to-end on DynamoDB Local vs the Powertools baseline
-#                                      (standard-queue and FIFO batch orders), the
+#                                      (cost per fact: capacity units by AWS's rules and $ per
+#                                      million facts; standard-queue and FIFO batch orders), the
 #                                      payments API (apiload), cold start and binary sizes, criterion per-event benches
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,6 +17,8 @@ infra/engines.sh start >/dev/null
 set -a; source .local/engines.env; set +a
 
 cargo build --quiet --locked --profile bench-local -p bench --bin loadgen
+echo "== cost per fact (DynamoDB Local): 200 accounts x 5 events, 20 % duplicates, FIFO batches"
+target/bench-local/loadgen --accounts 200 --events 5 --duplicates 20 --order fifo --repeats 3
 for order in interleaved fifo; do
   echo "== end to end (DynamoDB Local), $order batches"
   target/bench-local/loadgen --order "$order" "$@"

@@ -462,6 +462,42 @@ fn per_first_time(
     )
 }
 
+/// On-demand list prices, us-east-1, as AWS published them in November 2024 (DynamoDB after its
+/// 2024-11-01 on-demand price cut); check the pricing pages before quoting a figure.
+mod prices {
+    pub const DATED: &str = "us-east-1 on-demand list prices of 2024-11";
+    /// Per million write / read request units (1 WRU = 1 WCU of on-demand).
+    pub const DYNAMODB_WRITE: f64 = 0.625;
+    pub const DYNAMODB_READ: f64 = 0.125;
+    /// Per GB-second (x86_64; arm64 is 20 % less) and per million invocations.
+    pub const LAMBDA_GB_SECOND: f64 = 0.000_016_666_7;
+    pub const LAMBDA_REQUESTS: f64 = 0.20;
+    /// Per million FIFO requests (each up to 64 KB).
+    pub const SQS_FIFO: f64 = 0.50;
+}
+
+/// The Lambda memory both sides are priced at: account-state's `MemorySize` in template.yaml.
+const MEMORY_GB: f64 = 0.25;
+
+/// Dollars per million first-time facts, with this run's duplicates, for DynamoDB, Lambda and
+/// SQS (receive + delete, batched by the event source mapping).
+fn cost_line(f: &Figures, deliveries_per_fact: f64, batch: usize) -> String {
+    let duplicates = deliveries_per_fact - 1.0;
+    let dynamodb = (f.capacity_per_first.wcu + duplicates * f.capacity_per_duplicate.wcu)
+        * prices::DYNAMODB_WRITE
+        + (f.capacity_per_first.rcu + duplicates * f.capacity_per_duplicate.rcu)
+            * prices::DYNAMODB_READ;
+    // Handler time per delivery, as measured here (against DynamoDB Local on this machine).
+    let seconds_per_fact = deliveries_per_fact / f.events_per_s;
+    let lambda = seconds_per_fact * MEMORY_GB * prices::LAMBDA_GB_SECOND * 1e6
+        + deliveries_per_fact / batch as f64 * prices::LAMBDA_REQUESTS;
+    let sqs = deliveries_per_fact * 2.0 / batch as f64 * prices::SQS_FIFO;
+    format!(
+        "$ per million facts: DynamoDB {dynamodb:.2} + Lambda {lambda:.2} + SQS {sqs:.2} = {:.2}",
+        dynamodb + lambda + sqs
+    )
+}
+
 fn same_balances(ours: &BTreeMap<String, Value>, theirs: &BTreeMap<String, Value>) -> bool {
     ours.len() == theirs.len()
         && ours.iter().all(|(account, o)| {
@@ -547,13 +583,16 @@ async fn main() {
             theirs.extend(run_baseline(&a, &stream, unique, batch));
         }
         let (ours, our_states) = median_run(ours);
+        let deliveries_per_fact = stream.len() as f64 / unique as f64;
         show(&format!("account-state, batch {batch}"), &ours);
+        println!("{:<34} {}", "", cost_line(&ours, deliveries_per_fact, batch));
         if theirs.is_empty() {
             println!("  (baseline not run: install it with infra/bench.sh)");
             continue;
         }
         let (theirs, their_states) = median_run(theirs);
         show(&format!("Powertools baseline, batch {batch}"), &theirs);
+        println!("{:<34} {}", "", cost_line(&theirs, deliveries_per_fact, batch));
         println!(
             "  ratio: {:.1}x events/s (medians of {} runs); balances agree: {}",
             ours.events_per_s / theirs.events_per_s,
@@ -568,5 +607,10 @@ async fn main() {
     println!(
         "peak RSS of the account-state process: {:.1} MB",
         peak_rss_mb()
+    );
+    println!(
+        "capacity by AWS's rules (integration-tests/support/capacity.rs: 2 WCU per started KB in a transaction); {}; Lambda at {} MB, duration as measured here",
+        prices::DATED,
+        (MEMORY_GB * 1024.0) as u32
     );
 }

@@ -40,12 +40,10 @@ async fn when_the_samples_are_applied_should_keep_each_fact_record_within_its_kb
         integration_tests::record_figure(&format!(
             "largest {kind} record with {events} event(s): {size} bytes"
         ));
-        // One event (or none): under 1 KB, 2 WCU. Two (the bucket moved: the fact's event and
-        // DelinquencyChanged, a few times in an account's life): under 2 KB, 4 WCU. A payment
-        // also carries its allocation, which its PaymentApplied event repeats: with installments
-        // paid and long identities it passes 1 KB (the floor, README "Cost"), never 2 KB.
-        let payment = usize::from(kind == "PAYMENT_SETTLED");
-        let limit = 1024 * ((*events).max(1) + payment);
+        // One event (or none): under 1 KB, 2 WCU — a payment too, its allocation stored once
+        // (in its PaymentApplied event). Two (the bucket moved: the fact's event and
+        // DelinquencyChanged, a few times in an account's life): under 2 KB, 4 WCU.
+        let limit = 1024 * (*events).max(1);
         assert!(
             *size < limit,
             "{kind}: record {pk} with {events} event(s) is {size} bytes, over {limit}"

@@ -133,13 +133,29 @@ async fn when_a_source_stream_is_reconciled_should_explain_every_delivery_and_ca
         .map(|(k, v)| (k.to_owned(), v))
         .collect::<std::collections::HashMap<_, _>>()
     };
+    // Tamper with the first payment's allocation where it is stored (its PaymentApplied event).
+    let stored = servicing
+        .client
+        .get_item()
+        .table_name(&servicing.table)
+        .set_key(Some(key("pmt_10001")))
+        .send()
+        .await
+        .expect("read the record")
+        .item
+        .expect("the payment's record");
+    let Some(AttributeValue::S(outbox)) = stored.get("outbox") else {
+        panic!("the payment's record carries its events");
+    };
+    let mut events: serde_json::Value = serde_json::from_str(outbox).expect("events");
+    events[0]["detail"]["allocation"]["principal"] = json!(21001);
     servicing
         .client
         .update_item()
         .table_name(&servicing.table)
         .set_key(Some(key("pmt_10001")))
-        .update_expression("SET allocation.allocation.principal = :p")
-        .expression_attribute_values(":p", AttributeValue::N("21001".into()))
+        .update_expression("SET outbox = :o")
+        .expression_attribute_values(":o", AttributeValue::S(events.to_string()))
         .send()
         .await
         .expect("tamper");
@@ -148,7 +164,7 @@ async fn when_a_source_stream_is_reconciled_should_explain_every_delivery_and_ca
         .update_item()
         .table_name(&servicing.table)
         .set_key(Some(key("pmt_10002")))
-        .update_expression("REMOVE allocation, allocatedTo")
+        .update_expression("REMOVE outbox, allocatedTo")
         .send()
         .await
         .expect("remove the allocation");

@@ -351,6 +351,55 @@ async fn when_records_are_many_or_large_should_send_at_most_10_entries_and_256_k
     assert_eq!(fake.request_sizes(), [2, 2, 1]);
 }
 
+/// A fact's record whose write moved the bucket: its event and a `DelinquencyChanged`.
+fn two_event_record(seq: &str, fact: &str) -> EventRecord {
+    let mut record = outbox_record(
+        seq,
+        fact,
+        ("servicing.account-state", "FeeAssessed"),
+        None,
+        json!({"eventId": fact}).to_string(),
+    );
+    let events = json!([
+        {"source": "servicing.account-state", "detailType": "FeeAssessed", "detail": {"eventId": fact}},
+        {"source": "servicing.account-state", "detailType": "DelinquencyChanged",
+            "detail": {"eventId": format!("{fact}-dq"), "toBucket": "DPD_30_59"}},
+    ]);
+    record.change.new_image.insert(
+        "outbox".into(),
+        serde_dynamo::AttributeValue::S(events.to_string()),
+    );
+    record
+}
+
+#[tokio::test]
+async fn when_a_record_carries_two_events_should_keep_them_in_one_request_and_checkpoint_at_it() {
+    // Five records of 2 events fill one request (10 entries); the sixth record's event goes in
+    // the next: a record's events never straddle two requests.
+    let mut records: Vec<EventRecord> = (1..=4)
+        .map(|i| two_event_record(&i.to_string(), &format!("evt_{i:03}")))
+        .collect();
+    records.push(two_event_record("5", "evt_005"));
+    records.push(outbox_records(6, 10).remove(5));
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    let report = relay_without_engine(&config).relay(&records).await;
+    assert_eq!((report.published, report.checkpoint.clone()), (6, None));
+    assert_eq!(fake.request_sizes(), [10, 1]);
+
+    // The second event of the third record is refused: the checkpoint is that record, the
+    // ones before it are published whole.
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    fake.plan
+        .lock()
+        .expect("plan")
+        .push_back(Injected::FailEntry(5));
+    let report = relay_without_engine(&config).relay(&records).await;
+    assert_eq!(report.checkpoint.as_deref(), Some("3"));
+    assert_eq!((report.published, report.failed), (2, 4));
+}
+
 #[tokio::test]
 async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_failed_record_and_lose_nothing()
  {

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use servicing_consumer::{AccountStateHandler, Config};
 use servicing_domain::{AccountId, Ledger, LoanAccount, ServicingEvent, StoredAllocation};
 use servicing_store::OutboxEvent;
-use servicing_store::items::{ALLOCATED_TO, ALLOCATION, ALLOCATIONS_INDEX};
+use servicing_store::items::{ALLOCATED_TO, ALLOCATIONS_INDEX, OUTBOX, REVERSED_BY};
 use servicing_store::schema::{self, ClaimRecord, IdempotencyRecord, QuarantineRecord};
 use servicing_store::{ServicingStore, StoreConfig, arrears};
 
@@ -129,7 +129,8 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, stream: bool) -> St
                 .projection(
                     Projection::builder()
                         .projection_type(ProjectionType::Include)
-                        .non_key_attributes(ALLOCATION)
+                        .non_key_attributes(OUTBOX)
+                        .non_key_attributes(REVERSED_BY)
                         .build(),
                 )
                 .build()

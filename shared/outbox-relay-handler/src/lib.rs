@@ -40,13 +40,10 @@ pub const CONSUMER: &str = "outbox-relay";
 const OUTBOX: &str = "outbox";
 const TRACE_HEADER: &str = "traceHeader";
 
-/// A reversal's mark on its payment's record (`allocation.reversedBy`): a later write to an
-/// applied record, whose events were published by the write that applied it.
+/// A reversal's mark on its payment's record (`reversedBy`): a later write to an applied
+/// record, whose events were published by the write that applied it.
 fn is_reversal_mark(image: &HashMap<String, serde_dynamo::AttributeValue>) -> bool {
-    matches!(
-        image.get("allocation"),
-        Some(serde_dynamo::AttributeValue::M(allocation)) if allocation.contains_key("reversedBy")
-    )
+    image.contains_key("reversedBy")
 }
 
 /// The outbox events account-state must apply (the API's accepted payments).

@@ -97,3 +97,59 @@ impl DomainEvent {
         detail
     }
 }
+
+/// The allocation a `PaymentApplied` event carries, as stored (`reversed_by` unset): the
+/// event is the allocation's one stored copy (a fact's record keeps the events it published,
+/// and the allocation twice would push the record past the 1 KB a write is billed by). The
+/// inverse of the payload `apply` builds for a payment; `None` for any other event.
+pub fn payment_allocation(detail: &Value) -> Option<crate::StoredAllocation> {
+    if detail["eventType"] != detail_types::PAYMENT_APPLIED {
+        return None;
+    }
+    let occurred_at = DateTime::parse_from_rfc3339(detail["occurredAt"].as_str()?).ok()?;
+    Some(crate::StoredAllocation {
+        payment: SourceRef {
+            system: detail["payment"]["sourceSystem"].as_str()?.to_owned(),
+            event_id: detail["payment"]["sourceEventId"].as_str()?.to_owned(),
+        },
+        account_id: AccountId::parse(detail["accountId"].as_str()?).ok()?,
+        currency: serde_json::from_value(detail["currency"].clone()).ok()?,
+        amount_minor: detail["amountMinor"].as_i64()?,
+        allocation: serde_json::from_value(detail["allocation"].clone()).ok()?,
+        installments_paid: serde_json::from_value(detail["installmentsPaid"].clone()).ok()?,
+        applied_on: occurred_at.with_timezone(&Utc).date_naive(),
+        reversed_by: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AllocationWrite, Outcome, ServicingEvent, apply};
+
+    #[test]
+    fn when_a_payment_applies_should_carry_its_stored_allocation_in_its_event() {
+        let open = ServicingEvent::decode(br#"{"sourceSystem":"core","sourceEventId":"o1","eventType":"LOAN_OPENED","accountId":"acc_1","eventTime":"2026-09-01T09:00:00Z","principalMinor":50000,"currency":"EUR"}"#).expect("event");
+        let due = ServicingEvent::decode(br#"{"sourceSystem":"core","sourceEventId":"d1","eventType":"INSTALLMENT_DUE","accountId":"acc_1","eventTime":"2026-09-05T09:00:00Z","installmentNo":1,"dueDate":"2026-09-05","principalMinor":4000,"interestMinor":500,"currency":"EUR"}"#).expect("event");
+        let pay = ServicingEvent::decode(br#"{"sourceSystem":"psp","sourceEventId":"p1","eventType":"PAYMENT_SETTLED","accountId":"acc_1","eventTime":"2026-09-10T23:59:59.5+00:00","amountMinor":3000,"currency":"EUR"}"#).expect("event");
+        let mut account = None;
+        let mut last = None;
+        for event in [&open, &due, &pay] {
+            match apply(account.as_ref(), event, None) {
+                Outcome::Applied(applied) => {
+                    account = Some(applied.account.clone());
+                    last = Some(applied);
+                }
+                other => panic!("not applied: {other:?}"),
+            }
+        }
+        let applied = last.expect("payment applied");
+        let Some(AllocationWrite::Record(stored)) = &applied.allocation else {
+            panic!("a payment stores its allocation");
+        };
+        assert!(!stored.installments_paid.is_empty());
+        let event = &applied.outbox[0];
+        assert_eq!(payment_allocation(&event.detail()).as_ref(), Some(stored));
+        assert_eq!(payment_allocation(&json!({"eventType": "FeeAssessed"})), None);
+    }
+}

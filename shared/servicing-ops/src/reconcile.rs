@@ -170,12 +170,17 @@ pub async fn reconcile(
     .into_iter()
     .filter(|q: &QuarantineRecord| q.consumer == consumer)
     .collect();
-    // A payment's allocation rides on its record. A tampered part still decodes (and fails
-    // the sum below); a mangled record is a problem.
-    let allocations: Vec<&StoredAllocation> = claims
-        .iter()
-        .filter_map(|c| c.allocation.as_ref())
-        .collect();
+    // A payment's allocation rides on its record (its PaymentApplied event). A tampered part
+    // still decodes (and fails the sum below); a mangled record is a problem.
+    let mut allocations: Vec<StoredAllocation> = Vec::new();
+    for claim in &claims {
+        match claim.allocation() {
+            Ok(found) => allocations.extend(found),
+            Err(e) => report
+                .problems
+                .push(format!("record of {}: {e}", claim.source())),
+        }
+    }
 
     let claims_by_source: HashMap<SourceRef, &ClaimRecord> =
         claims.iter().map(|c| (c.source(), c)).collect();
@@ -310,7 +315,7 @@ pub async fn reconcile(
             .filter(|c| c.verdict == "APPLIED" && c.event_type == "PAYMENT_SETTLED")
         {
             report.payments_checked += 1;
-            let listed = claim.allocation.as_ref().is_some_and(|a| {
+            let listed = claim.allocation().ok().flatten().is_some_and(|a| {
                 a.account_id.as_str() == claim.account_id
                     && claim.allocated_to.as_deref() == Some(claim.account_id.as_str())
             });

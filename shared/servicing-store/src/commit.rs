@@ -123,7 +123,7 @@ enum Role {
     /// re-read would change.
     Evidence(usize),
     /// Unit `i`'s mark on the payment it reverses: refused with the payment's record
-    /// (`ALL_OLD`), whose allocation tells this reversal (a duplicate) from another one
+    /// (`ALL_OLD`), whose `reversedBy` tells this reversal (a duplicate) from another one
     /// (re-read).
     Reversal(usize),
     /// An unconditional put (quarantine).
@@ -263,8 +263,8 @@ impl ServicingStore {
         Ok(transaction)
     }
 
-    /// A reversal's mark on its payment's record, once: the allocation must be there and not
-    /// reversed yet.
+    /// A reversal's mark on its payment's record, once: an applied payment (it carries
+    /// `allocatedTo`) not reversed yet.
     fn mark_reversed(
         &self,
         payment: &SourceRef,
@@ -276,11 +276,11 @@ impl ServicingStore {
                 &self.config.consumer,
                 payment,
             ))))
-            .update_expression("SET #allocation.#reversedBy = :reversal")
+            .update_expression("SET #reversedBy = :reversal")
             .condition_expression(
-                "attribute_exists(#allocation) AND attribute_not_exists(#allocation.#reversedBy)",
+                "attribute_exists(#allocatedTo) AND attribute_not_exists(#reversedBy)",
             )
-            .expression_attribute_names("#allocation", items::ALLOCATION)
+            .expression_attribute_names("#allocatedTo", items::ALLOCATED_TO)
             .expression_attribute_names("#reversedBy", items::REVERSED_BY)
             .expression_attribute_values(":reversal", items::source_ref_value(reversal)?)
             // Tells this reversal (reversedBy is itself: a duplicate) from another.

@@ -29,8 +29,8 @@ pub const PARKED_FACTS: &str = "parkedFacts";
 pub const ACCOUNT_ID: &str = "accountId";
 /// Every record's layout version (`schema::SCHEMA_VERSION`).
 pub const SCHEMA_VERSION: &str = "schemaVersion";
-/// An applied payment's allocation, on its fact record (`ClaimRecord::allocation`).
-pub const ALLOCATION: &str = "allocation";
+/// A record's events (`ClaimRecord::outbox`): a payment's carry its allocation.
+pub const OUTBOX: &str = "outbox";
 /// The sparse index listing an account's allocations, and its key (`ClaimRecord::allocated_to`).
 pub const ALLOCATIONS_INDEX: &str = "AllocationsIndex";
 pub const ALLOCATED_TO: &str = "allocatedTo";
@@ -197,8 +197,8 @@ pub fn claim_item(
     let events: Vec<OutboxEvent> = applied
         .map(|a| a.outbox.iter().map(|e| outbox_event(consumer, e)).collect())
         .unwrap_or_default();
-    let allocation = applied.and_then(|a| match &a.allocation {
-        Some(AllocationWrite::Record(stored)) => Some(stored.clone()),
+    let allocated_to = applied.and_then(|a| match &a.allocation {
+        Some(AllocationWrite::Record(stored)) => Some(stored.account_id.as_str().to_owned()),
         _ => None,
     });
     let outbox = OutboxEvent::encode(&events)?;
@@ -218,19 +218,19 @@ pub fn claim_item(
         expires_at,
         trace_header: outbox.as_ref().and_then(|_| current_trace_header()),
         outbox,
-        allocated_to: allocation
-            .as_ref()
-            .map(|a| a.account_id.as_str().to_owned()),
-        allocation,
+        allocated_to,
+        reversed_by: None,
     })
 }
 
-/// The allocation a fact record carries (`None` on any other record).
+/// The allocation a fact record carries (`None` on any other record), from its raw item or its
+/// `AllocationsIndex` entry (which projects `outbox` and `reversedBy`).
 pub fn allocation_from_claim(claim: &Item) -> Result<Option<StoredAllocation>, StoreError> {
-    claim
-        .get(ALLOCATION)
+    let reversed_by: Option<SourceRef> = claim
+        .get(REVERSED_BY)
         .map(|value| serde_dynamo::from_attribute_value(value.clone()).map_err(decode_error))
-        .transpose()
+        .transpose()?;
+    crate::schema::allocation_of(string(claim, OUTBOX), reversed_by.as_ref())
 }
 
 /// The account a claim says its fact was applied on, when that is another than `account`.

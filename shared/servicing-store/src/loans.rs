@@ -268,8 +268,8 @@ mod tests {
             claimed_at: 1,
             expires_at: Some(2),
             outbox: None,
-            allocation: None,
             allocated_to: None,
+            reversed_by: None,
             trace_header: None,
         })
         .expect("claim item")

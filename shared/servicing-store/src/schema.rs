@@ -15,7 +15,8 @@ pub const SCHEMA_VERSION: u32 = 2;
 
 /// The record of a fact (its claim): who judged it, how, until when it deduplicates, and — when
 /// applied — what it wrote besides the loan: the events the relay publishes from this record's
-/// stream image and, for a payment, its allocation. One item per fact.
+/// stream image (a payment's `PaymentApplied` carries its allocation: the one stored copy). One
+/// item per fact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimRecord {
@@ -41,13 +42,14 @@ pub struct ClaimRecord {
     /// The applied fact's events, as the relay publishes them (JSON array of [`OutboxEvent`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbox: Option<String>,
-    /// An applied payment's allocation; a reversal marks it (`allocation.reversedBy`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allocation: Option<StoredAllocation>,
     /// The account of an applied payment: the key of the sparse `AllocationsIndex` that lists an
     /// account's allocations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated_to: Option<String>,
+    /// On an applied payment's record, the reversal that reversed it (set once, by the
+    /// reversal's transaction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reversed_by: Option<SourceRef>,
     /// The X-Ray trace of the invocation that applied it, carried on to EventBridge and SQS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_header: Option<String>,
@@ -67,6 +69,26 @@ impl ClaimRecord {
     pub fn events(&self) -> Result<Vec<OutboxEvent>, StoreError> {
         OutboxEvent::decode(self.outbox.as_deref())
     }
+
+    /// An applied payment's allocation (from its `PaymentApplied` event), with its reversal.
+    pub fn allocation(&self) -> Result<Option<StoredAllocation>, StoreError> {
+        allocation_of(self.outbox.as_deref(), self.reversed_by.as_ref())
+    }
+}
+
+/// The allocation a record's events carry (its `PaymentApplied`), marked with `reversed_by`.
+pub(crate) fn allocation_of(
+    outbox: Option<&str>,
+    reversed_by: Option<&SourceRef>,
+) -> Result<Option<StoredAllocation>, StoreError> {
+    let events = OutboxEvent::decode(outbox)?;
+    Ok(events
+        .iter()
+        .find_map(|e| servicing_domain::outbox::payment_allocation(&e.detail))
+        .map(|mut allocation| {
+            allocation.reversed_by = reversed_by.cloned();
+            allocation
+        }))
 }
 
 /// An event to publish, in its final form, as a fact or idempotency record carries it (in its
