@@ -585,14 +585,22 @@ async fn main() {
         let (ours, our_states) = median_run(ours);
         let deliveries_per_fact = stream.len() as f64 / unique as f64;
         show(&format!("account-state, batch {batch}"), &ours);
-        println!("{:<34} {}", "", cost_line(&ours, deliveries_per_fact, batch));
+        println!(
+            "{:<34} {}",
+            "",
+            cost_line(&ours, deliveries_per_fact, batch)
+        );
         if theirs.is_empty() {
             println!("  (baseline not run: install it with infra/bench.sh)");
             continue;
         }
         let (theirs, their_states) = median_run(theirs);
         show(&format!("Powertools baseline, batch {batch}"), &theirs);
-        println!("{:<34} {}", "", cost_line(&theirs, deliveries_per_fact, batch));
+        println!(
+            "{:<34} {}",
+            "",
+            cost_line(&theirs, deliveries_per_fact, batch)
+        );
         println!(
             "  ratio: {:.1}x events/s (medians of {} runs); balances agree: {}",
             ours.events_per_s / theirs.events_per_s,

@@ -165,6 +165,19 @@ struct DeployedServicing {
     bus: String,
 }
 
+/// The relay's stream filter as `template.yaml` declares it (its one `- Pattern: '…'` line), so
+/// the deployed-path tests cannot drift from what is deployed.
+fn relay_filter_pattern() -> String {
+    let template = include_str!("../../template.yaml");
+    let patterns: Vec<&str> = template
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- Pattern: '"))
+        .filter_map(|l| l.strip_suffix('\''))
+        .collect();
+    assert_eq!(patterns.len(), 1, "one stream filter in template.yaml");
+    patterns[0].to_owned()
+}
+
 async fn deploy_servicing_path(servicing: &Servicing) -> DeployedServicing {
     let config = servicing.engine.sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&config);
@@ -180,7 +193,8 @@ async fn deploy_servicing_path(servicing: &Servicing) -> DeployedServicing {
     .await;
     sqs_mapping(&lambda, &account_state, &servicing_arn).await;
 
-    // The relay on the table's stream, filtered to outbox inserts (the code filters too).
+    // The relay on the table's stream, filtered as the template filters it (the code filters
+    // too).
     let bus = create_bus(&events).await;
     let relay = deploy(
         &lambda,
@@ -212,7 +226,7 @@ async fn deploy_servicing_path(servicing: &Servicing) -> DeployedServicing {
         .function_response_types(FunctionResponseType::ReportBatchItemFailures)
         .filter_criteria(
             FilterCriteria::builder()
-                .filters(Filter::builder().pattern(r#"{"eventName":["INSERT"],"dynamodb":{"NewImage":{"itemType":{"S":["OUTBOX"]}}}}"#).build())
+                .filters(Filter::builder().pattern(relay_filter_pattern()).build())
                 .build(),
         )
         .send()

@@ -20,6 +20,7 @@ mod aging;
 mod capacity;
 mod collections;
 mod engines;
+mod evidence;
 mod fault_sweep;
 mod lambda_path;
 mod operations;

@@ -26,7 +26,8 @@ async fn main() -> Result<(), Error> {
     let handler = &handler;
 
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        Ok::<_, Error>(handler.handle(event.payload).await)
+        let request_id = Some(event.context.request_id.as_str());
+        Ok::<_, Error>(handler.handle_invocation(event.payload, request_id).await)
     }))
     .await
 }

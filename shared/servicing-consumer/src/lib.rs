@@ -6,10 +6,13 @@
 //! reverses) is parked on the loan item and acknowledged; it is applied right after what it
 //! waits for. A transient failure fails that account's later events in the batch too, so SQS
 //! redelivers them in order.
+//!
+//! Every delivery, and every parked fact judged again, leaves a [`DecisionRecord`] (`decisions`).
 
 mod account;
 mod cache;
 mod config;
+mod decisions;
 mod group;
 mod metrics;
 
@@ -26,10 +29,15 @@ use servicing_store::{CommitOutcome, QuarantineEntry, ServicingStore, StoreError
 use account::{AccountRun, Failure, Step};
 pub use cache::StateCache;
 pub use config::{Config, ConfigError};
+use decisions::Trail;
+pub use decisions::emit_decisions;
 use group::Group;
 pub use metrics::BatchCounts;
 pub use servicing_settings::FromSettings;
 pub use servicing_store::MAX_TRANSACTION_ITEMS;
+pub use servicing_telemetry::{
+    DecidedBy, DecisionRecord, Verdict, content_key, decision_emf_documents, decision_line,
+};
 
 /// The quarantine code of a fact whose request DynamoDB refused as such.
 const STORE_REJECTED: &str = "store_rejected";
@@ -55,11 +63,13 @@ pub enum MessageResult {
     },
 }
 
-/// The result of a batch: one entry per message (by message id) and the counts.
+/// The result of a batch: one entry per message (by message id), the counts, and the decision
+/// records: one per message, plus one `released` record per parked fact judged again.
 #[derive(Debug, Default)]
 pub struct BatchReport {
     pub results: Vec<(String, MessageResult)>,
     pub counts: BatchCounts,
+    pub decisions: Vec<DecisionRecord>,
 }
 
 impl BatchReport {
@@ -113,10 +123,17 @@ impl AccountStateHandler {
         }
     }
 
-    /// The Lambda entry point: process, emit the metrics line, answer the failures.
-    pub async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
-        let report = self.process(&event.records).await;
+    /// The Lambda entry point: process, print the decision records (stamped with the Lambda
+    /// request id and the X-Ray trace id), emit the metrics lines, answer the failures.
+    pub async fn handle_invocation(
+        &self,
+        event: SqsEvent,
+        request_id: Option<&str>,
+    ) -> SqsBatchResponse {
+        let mut report = self.process(&event.records).await;
+        decisions::stamp(&mut report.decisions, request_id);
         report.counts.emit(self.store.consumer());
+        emit_decisions(self.store.consumer(), &report.decisions);
         report.response()
     }
 
@@ -126,6 +143,7 @@ impl AccountStateHandler {
         let mut by_account: Vec<(AccountId, Vec<Pending<'_>>)> = Vec::new();
         let mut index: HashMap<AccountId, usize> = HashMap::new();
 
+        let consumer = self.store.consumer();
         let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now());
         for message in messages {
             let message_id = message.message_id.as_deref().unwrap_or_default();
@@ -159,7 +177,11 @@ impl AccountStateHandler {
                             fingerprint,
                         };
                         let entry = pending.quarantine_entry(EVENT_TIME_IN_FUTURE, &reason);
-                        report.record(message_id, self.quarantine(&entry).await);
+                        let result = self.quarantine(&entry).await;
+                        let by = DecidedBy::BusinessRule;
+                        let record = pending.decision(consumer, by, &result, Some(reason));
+                        report.decisions.push(record);
+                        report.record(message_id, result);
                         continue;
                     }
                     let slot = *index.entry(event.account_id.clone()).or_insert_with(|| {
@@ -178,6 +200,8 @@ impl AccountStateHandler {
                     let result = self
                         .quarantine_undecodable(message_id, body, receive_count, &error)
                         .await;
+                    let record = decisions::undecodable(consumer, message, &result, &error);
+                    report.decisions.push(record);
                     report.record(message_id, result);
                 }
             }
@@ -202,7 +226,9 @@ impl AccountStateHandler {
                 report.counts.released += 1;
                 report.counts.count(&result);
             }
+            report.decisions.extend(account.decisions);
         }
+        decisions::drop_unknown_receive_counts(&mut report.decisions, messages);
         // One batch at a time per Lambda instance: the difference is this batch's.
         report.counts.transactions = self.store.transactions_sent() - transactions_before;
         report
@@ -226,16 +252,17 @@ impl AccountStateHandler {
             Err(_) => {
                 tracing::error!(alert = "panic", account = %account, "processing panicked; the account's messages will be redelivered");
                 self.cache.forget(&account);
+                let result = MessageResult::Retry {
+                    reason: "processing this account panicked".to_owned(),
+                };
                 let messages = pending
                     .iter()
-                    .map(|p| {
-                        let reason = "processing this account panicked".to_owned();
-                        (p.message_id.to_owned(), MessageResult::Retry { reason })
-                    })
+                    .map(|p| (p.message_id.to_owned(), result.clone()))
                     .collect();
                 AccountResults {
                     messages,
                     released: Vec::new(),
+                    decisions: decisions::panicked(self.store.consumer(), &pending, &result),
                 }
             }
         }
@@ -251,6 +278,7 @@ impl AccountStateHandler {
         pending: &[Pending<'_>],
     ) -> AccountResults {
         let mut run = AccountRun::new(pending, self.cache.get(account));
+        let mut trail = Trail::new(self.store.consumer(), pending);
         loop {
             let now = servicing_store::epoch_seconds();
             match run.next_step(now, self.config.max_transaction_items) {
@@ -259,7 +287,7 @@ impl AccountStateHandler {
                     let payments: Vec<&SourceRef> = payments.iter().collect();
                     match self.store.load(account, &payments).await {
                         Ok(snapshot) => run.read(snapshot),
-                        Err(e) => self.fail(&mut run, e).await,
+                        Err(e) => self.fail(&mut run, &mut trail, e).await,
                     }
                 }
                 Step::ReadTargets(missing) => {
@@ -270,10 +298,12 @@ impl AccountStateHandler {
                     };
                     match read {
                         Ok(()) => run.targets_read(missing),
-                        Err(e) => self.fail(&mut run, e).await,
+                        Err(e) => self.fail(&mut run, &mut trail, e).await,
                     }
                 }
                 Step::Known(known) => {
+                    let loan = run.snapshot_mut().and_then(|s| s.loan.as_ref());
+                    trail.known(&known, loan, now);
                     for (index, collision) in known {
                         let result = match collision {
                             None => MessageResult::Duplicate,
@@ -282,7 +312,7 @@ impl AccountStateHandler {
                         run.settle(index, result);
                     }
                 }
-                Step::Commit(group) => self.commit(account, &mut run, *group).await,
+                Step::Commit(group) => self.commit(account, &mut run, &mut trail, *group).await,
             }
         }
         let finished = run.finish();
@@ -290,6 +320,7 @@ impl AccountStateHandler {
             Some(state) => self.cache.put(state),
             None => self.cache.forget(account),
         }
+        let decisions = trail.finish(&finished.results, &finished.released);
         let messages = pending
             .iter()
             .map(|p| p.message_id.to_owned())
@@ -298,13 +329,20 @@ impl AccountStateHandler {
         AccountResults {
             messages,
             released: finished.released,
+            decisions,
         }
     }
 
     /// Commits a group (the longest run of the account's ready parked facts and next events
     /// that fits one transaction) and hands the answer to the run. Claims refused in a
     /// cancelled group are settled from that answer (a duplicate costs no extra request).
-    async fn commit(&self, account: &AccountId, run: &mut AccountRun<'_, '_>, group: Group) {
+    async fn commit(
+        &self,
+        account: &AccountId,
+        run: &mut AccountRun<'_, '_>,
+        trail: &mut Trail<'_, '_>,
+        group: Group,
+    ) {
         let pending = run.pending();
         let units = group.units(pending);
         let answer = self
@@ -312,6 +350,9 @@ impl AccountStateHandler {
             .commit_all(&units, Some(group.loan_write(account)))
             .await;
         drop(units);
+        if let Ok(outcomes) = &answer {
+            trail.answered(&group, outcomes);
+        }
         match answer {
             Ok(outcomes) if outcomes.iter().all(|o| *o == CommitOutcome::Committed) => {
                 run.committed(group);
@@ -327,7 +368,7 @@ impl AccountStateHandler {
                         tokio::time::sleep(wait).await;
                     }
                 }
-                Err(e) => self.fail(run, e).await,
+                Err(e) => self.fail(run, trail, e).await,
             },
             // Nothing was written: the same facts again, one per transaction.
             Err(StoreError::Rejected(_)) if group.members.len() > 1 => run.split(),
@@ -336,44 +377,48 @@ impl AccountStateHandler {
             // a resend — never the event that happens to come next.
             Err(StoreError::Rejected(reason)) if group.sole_released().is_some() => {
                 let loan = run.snapshot_mut().and_then(|s| s.loan.clone());
+                let reason = format!("DynamoDB refused the request: {reason}");
                 let outcome = match (group.sole_released(), loan) {
                     (Some(released), Some(loan)) => {
-                        let reason = format!("DynamoDB refused the request: {reason}");
-                        self.quarantine_released(&loan, &released.fact, reason)
+                        self.quarantine_released(&loan, &released.fact, reason.clone())
                             .await
                     }
                     _ => Ok(false),
                 };
                 let lost = "a refused released fact could not be taken off its account";
                 match outcome {
-                    Ok(true) => run.released_quarantined(STORE_REJECTED),
+                    Ok(true) => {
+                        trail.released_store_rejected(&group, reason);
+                        run.released_quarantined(STORE_REJECTED);
+                    }
                     Ok(false) => {
                         if let Err(e) = run.lost_round(self.config.max_commit_attempts, lost) {
-                            self.fail(run, e).await;
+                            self.fail(run, trail, e).await;
                         }
                     }
                     // Refused again: retried (and dead-lettered), never blamed on a neighbour.
                     Err(StoreError::Rejected(why)) => {
                         let e = StoreError::Transient(format!("{lost}: {why}"));
-                        self.fail(run, e).await;
+                        self.fail(run, trail, e).await;
                     }
-                    Err(e) => self.fail(run, e).await,
+                    Err(e) => self.fail(run, trail, e).await,
                 }
             }
             // The commit may or may not have happened (e.g. a lost response).
-            Err(e) => self.fail(run, e).await,
+            Err(e) => self.fail(run, trail, e).await,
         }
     }
 
     /// A store failure: the run decides what it leaves undone; a request DynamoDB refused as
     /// such quarantines its event (it will never succeed). Corrupt stored data needs an
     /// operator: retried (the DLQ catches it) rather than guessed.
-    async fn fail(&self, run: &mut AccountRun<'_, '_>, error: StoreError) {
-        if let Failure::Quarantine(index, reason) = run.fail(error) {
+    async fn fail(&self, run: &mut AccountRun<'_, '_>, trail: &mut Trail<'_, '_>, e: StoreError) {
+        if let Failure::Quarantine(index, reason) = run.fail(e) {
             tracing::error!(error = %reason, "DynamoDB refused the request");
             let reason = format!("DynamoDB refused the request: {reason}");
             let entry = run.pending()[index].quarantine_entry(STORE_REJECTED, &reason);
             let result = self.quarantine(&entry).await;
+            trail.store_rejected(index, reason);
             run.quarantined(index, result);
         }
     }
@@ -458,10 +503,11 @@ impl BatchReport {
     }
 }
 
-/// One account's answers: per message, and the verdicts of its parked facts judged again.
+/// One account's answers and records: per message, and of its parked facts judged again.
 struct AccountResults {
     messages: Vec<(String, MessageResult)>,
     released: Vec<MessageResult>,
+    decisions: Vec<DecisionRecord>,
 }
 
 fn receive_count(message: &SqsMessage) -> u32 {

@@ -150,6 +150,9 @@ mod tests {
         assert!(!stored.installments_paid.is_empty());
         let event = &applied.outbox[0];
         assert_eq!(payment_allocation(&event.detail()).as_ref(), Some(stored));
-        assert_eq!(payment_allocation(&json!({"eventType": "FeeAssessed"})), None);
+        assert_eq!(
+            payment_allocation(&json!({"eventType": "FeeAssessed"})),
+            None
+        );
     }
 }

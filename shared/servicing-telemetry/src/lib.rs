@@ -1,10 +1,22 @@
 //! Counters as CloudWatch Embedded Metric Format: one JSON line on stdout per batch, turned into
 //! metrics by CloudWatch Logs without any API call, plus one structured log line with the same
 //! numbers for people reading logs.
+//!
+//! And the evidence of each decision: one [`DecisionRecord`] line per delivery (`decision`),
+//! with per-source EMF documents computed from a batch's records (`by_source`).
+
+mod by_source;
+mod decision;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
+
+pub use by_source::{SourceTally, bounded_source, decision_emf_documents, emit_decision_metrics};
+pub use decision::{
+    DECISION_RECORD_VERSION, DecidedBy, DecisionRecord, RecordKind, RecordVersion, Verdict,
+    content_key, decision_line, print_decision,
+};
 
 pub const NAMESPACE: &str = "LoanServicing";
 
@@ -50,19 +62,28 @@ pub fn emf_document(
 
 /// Prints the EMF line and logs the same counts once.
 pub fn emit(consumer: &str, counts: &[(&str, u64)]) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default();
-    let level = emf_level(std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().as_deref());
     // EMF must be a line of its own on stdout.
-    println!("{}", emf_document(consumer, counts, now, level));
+    println!(
+        "{}",
+        emf_document(consumer, counts, now_millis(), configured_level())
+    );
     let fields: Map<String, Value> = counts
         .iter()
         .map(|(name, value)| ((*name).to_owned(), json!(value)))
         .collect();
     let counts = Value::Object(fields).to_string();
     tracing::info!(consumer, counts, "batch done");
+}
+
+pub(crate) fn configured_level() -> &'static str {
+    emf_level(std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().as_deref())
+}
+
+pub(crate) fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

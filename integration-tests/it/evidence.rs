@@ -1,0 +1,709 @@
+//! Integrity evidence (issue #22): every delivery the account-state consumer handles leaves one
+//! decision record — and every parked fact it judges again one `released` record — valid
+//! against `docs/decision-record.schema.json`, and the per-source metrics computed from those
+//! records count each source's verdicts and money.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use integration_tests::Engine;
+use integration_tests::faults::{Fault, FaultPlan};
+use integration_tests::servicing::{Servicing, sqs_message};
+use serde_json::{Map, Value, json};
+use servicing_consumer::{
+    AccountStateHandler, BatchReport, DecisionRecord, MessageResult, Verdict,
+    decision_emf_documents,
+};
+
+on_both_engines!(
+    when_a_provider_resends_its_payments_should_record_every_decision_and_count_money_by_source,
+    when_facts_are_parked_released_or_undecodable_should_record_each_decision,
+    when_requests_fail_should_record_retries_refusals_and_panics,
+);
+
+const ACCOUNTS: usize = 10;
+/// SQS hands Lambda at most 10 messages.
+const BATCH: usize = 10;
+
+fn schema() -> Value {
+    let path = format!(
+        "{}/../docs/decision-record.schema.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).expect("the schema is JSON")
+}
+
+fn open(account: &str) -> String {
+    json!({"sourceSystem": "origination", "sourceEventId": format!("open-{account}"),
+        "eventType": "LOAN_OPENED", "accountId": account, "eventTime": "2026-11-01T09:00:00Z",
+        "principalMinor": 500_000, "currency": "EUR"})
+    .to_string()
+}
+
+fn pay(source: &str, id: &str, account: &str, amount: i64) -> String {
+    json!({"sourceSystem": source, "sourceEventId": id, "eventType": "PAYMENT_SETTLED",
+        "accountId": account, "eventTime": "2026-11-02T10:00:00Z",
+        "amountMinor": amount, "currency": "EUR"})
+    .to_string()
+}
+
+/// Delivers `bodies` in batches of [`BATCH`], message ids `<prefix>-<n>`; one report per batch.
+async fn deliver(
+    handler: &AccountStateHandler,
+    prefix: &str,
+    bodies: &[String],
+) -> Vec<BatchReport> {
+    let mut reports = Vec::new();
+    for (b, chunk) in bodies.chunks(BATCH).enumerate() {
+        let messages: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, body)| sqs_message(&format!("{prefix}-{}", b * BATCH + i), body, 1))
+            .collect();
+        reports.push(handler.process(&messages).await);
+    }
+    reports
+}
+
+// --- the schema, checked structurally (the keywords the schema uses; any other fails) --------
+
+/// Keywords that only annotate, or that this check leaves to the explicit assertions below
+/// (`pattern`, `format`).
+const NOT_CHECKED: &[&str] = &[
+    "description",
+    "title",
+    "$schema",
+    "$id",
+    "pattern",
+    "format",
+];
+
+/// The violations of `instance` against `schema` (empty: valid).
+fn violations(schema: &Value, instance: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    check(schema, instance, "", &mut found);
+    found
+}
+
+fn check(schema: &Value, instance: &Value, at: &str, found: &mut Vec<String>) {
+    let Some(rules) = schema.as_object() else {
+        found.push(format!("{at}: schema is not an object"));
+        return;
+    };
+    for (keyword, rule) in rules {
+        match keyword.as_str() {
+            k if NOT_CHECKED.contains(&k) => {}
+            "type" => {
+                let ok = match rule.as_str() {
+                    Some("object") => instance.is_object(),
+                    Some("string") => instance.is_string(),
+                    Some("integer") => instance.is_i64() || instance.is_u64(),
+                    other => {
+                        found.push(format!("{at}: unsupported type {other:?}"));
+                        true
+                    }
+                };
+                if !ok {
+                    found.push(format!("{at}: {instance} is not of type {rule}"));
+                }
+            }
+            "const" => {
+                if instance != rule {
+                    found.push(format!("{at}: {instance} is not {rule}"));
+                }
+            }
+            "enum" => {
+                if !rule
+                    .as_array()
+                    .is_some_and(|values| values.contains(instance))
+                {
+                    found.push(format!("{at}: {instance} is not one of {rule}"));
+                }
+            }
+            "minimum" => {
+                if instance
+                    .as_f64()
+                    .zip(rule.as_f64())
+                    .is_some_and(|(v, m)| v < m)
+                {
+                    found.push(format!("{at}: {instance} < {rule}"));
+                }
+            }
+            "minLength" | "maxLength" => {
+                let len = instance.as_str().map(|s| s.chars().count() as u64);
+                let bound = rule.as_u64();
+                let bad = match keyword.as_str() {
+                    "minLength" => len.zip(bound).is_some_and(|(l, b)| l < b),
+                    _ => len.zip(bound).is_some_and(|(l, b)| l > b),
+                };
+                if bad {
+                    found.push(format!("{at}: {instance} breaks {keyword} {rule}"));
+                }
+            }
+            "required" => {
+                for key in rule.as_array().into_iter().flatten() {
+                    let key = key.as_str().unwrap_or_default();
+                    if instance.get(key).is_none() {
+                        found.push(format!("{at}: missing required {key}"));
+                    }
+                }
+            }
+            "properties" => {
+                let (Some(properties), Some(fields)) = (rule.as_object(), instance.as_object())
+                else {
+                    continue;
+                };
+                for (key, value) in fields {
+                    if let Some(property) = properties.get(key) {
+                        check(property, value, &format!("{at}/{key}"), found);
+                    }
+                }
+            }
+            "additionalProperties" => {
+                let properties = rules.get("properties").and_then(Value::as_object);
+                if rule == &json!(false) {
+                    for key in instance.as_object().into_iter().flat_map(Map::keys) {
+                        if !properties.is_some_and(|p| p.contains_key(key)) {
+                            found.push(format!("{at}: {key} is not in the schema's properties"));
+                        }
+                    }
+                } else {
+                    found.push(format!("{at}: unsupported additionalProperties {rule}"));
+                }
+            }
+            "dependentRequired" => {
+                for (key, needs) in rule.as_object().into_iter().flatten() {
+                    if instance.get(key).is_some() {
+                        for need in needs.as_array().into_iter().flatten() {
+                            let need = need.as_str().unwrap_or_default();
+                            if instance.get(need).is_none() {
+                                found.push(format!("{at}: {key} without {need}"));
+                            }
+                        }
+                    }
+                }
+            }
+            "allOf" => {
+                for sub in rule.as_array().into_iter().flatten() {
+                    check(sub, instance, at, found);
+                }
+            }
+            "not" => {
+                if violations(rule, instance).is_empty() {
+                    found.push(format!("{at}: matches what it must not: {rule}"));
+                }
+            }
+            "if" => {
+                let branch = match violations(rule, instance).is_empty() {
+                    true => rules.get("then"),
+                    false => rules.get("else"),
+                };
+                if let Some(branch) = branch {
+                    check(branch, instance, at, found);
+                }
+            }
+            "then" | "else" => {} // with "if"
+            other => found.push(format!("{at}: keyword {other} is not checked here")),
+        }
+    }
+}
+
+/// Every record is valid against the schema, printed line (with its level) included, and the
+/// fields the check above leaves aside have their form.
+fn assert_valid(schema: &Value, records: &[DecisionRecord]) {
+    for record in records {
+        let json = record.to_json();
+        let problems = violations(schema, &json);
+        assert!(problems.is_empty(), "{problems:?} in {json}");
+        // As `handle_invocation` prints it: stamped with the invocation, at a level.
+        let stamped = DecisionRecord {
+            request_id: Some("0f0e-request".into()),
+            trace_id: Some("Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1".into()),
+            ..record.clone()
+        };
+        let line: Value =
+            serde_json::from_str(&servicing_consumer::decision_line(&stamped, "WARN"))
+                .expect("line");
+        let problems = violations(schema, &line);
+        assert!(problems.is_empty(), "{problems:?} in {line}");
+        if let Some(fingerprint) = &record.fingerprint {
+            let hex = fingerprint.strip_prefix("sha256:").unwrap_or_default();
+            assert!(hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()));
+        }
+        if let Some(key) = &record.content_key {
+            assert!(key.len() == 64 && key.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')));
+        }
+        if let Some(time) = &record.event_time {
+            assert!(chrono::DateTime::parse_from_rfc3339(time).is_ok(), "{time}");
+        }
+    }
+}
+
+#[test]
+fn the_schema_check_catches_what_the_schema_forbids() {
+    let schema = schema();
+    let valid = json!({"recordVersion": 1, "kind": "decision", "consumer": "account-state",
+        "messageId": "m1", "verdict": "quarantined", "decidedBy": "decode", "code": "not_json"});
+    assert_eq!(violations(&schema, &valid), Vec::<String>::new());
+    let mut broken = valid.clone();
+    broken["verdict"] = json!("lost");
+    broken["extra"] = json!(1);
+    broken["decidedBy"] = json!("claim");
+    broken["outcome"] = json!("applied");
+    broken["recordVersion"] = json!(2);
+    let problems = violations(&schema, &broken);
+    for expected in [
+        "/verdict",
+        "extra is not in",
+        "missing required sourceSystem",
+        "matches what it must not",
+        "/recordVersion",
+    ] {
+        assert!(
+            problems.iter().any(|p| p.contains(expected)),
+            "{expected}: {problems:?}"
+        );
+    }
+}
+
+// --- the sums, as CloudWatch would add up the documents ----------------------------------
+
+/// Sums `metric` over the documents whose dimensions match `on` (each document counted once).
+fn summed(docs: &[Value], on: &[(&str, &str)], metric: &str) -> i64 {
+    docs.iter()
+        .filter(|d| on.iter().all(|(k, v)| d[*k] == *v))
+        .filter_map(|d| d[metric].as_i64())
+        .sum()
+}
+
+fn verdict_of(result: &MessageResult) -> Verdict {
+    match result {
+        MessageResult::Applied => Verdict::Applied,
+        MessageResult::Stale => Verdict::Stale,
+        MessageResult::Duplicate => Verdict::Duplicate,
+        MessageResult::Collision => Verdict::Collision,
+        MessageResult::Quarantined { .. } => Verdict::Quarantined,
+        MessageResult::Parked => Verdict::Parked,
+        MessageResult::Retry { .. } => Verdict::Retried,
+    }
+}
+
+/// One record per message with the message's verdict, released records beside them, and the
+/// per-source documents adding up to the batch document's counts (no double counting).
+fn assert_consistent(report: &BatchReport) {
+    let messages: Vec<&DecisionRecord> = report
+        .decisions
+        .iter()
+        .filter(|r| r.verdict != Verdict::Released)
+        .collect();
+    assert_eq!(messages.len(), report.results.len(), "{report:#?}");
+    for (id, result) in &report.results {
+        let record = messages
+            .iter()
+            .find(|r| &r.message_id == id)
+            .unwrap_or_else(|| panic!("no record of {id}"));
+        assert_eq!(record.verdict, verdict_of(result), "{record:?}");
+    }
+    let released = report.decisions.len() - messages.len();
+    assert_eq!(released as u64, report.counts.released);
+    let docs = decision_emf_documents("account-state", &report.decisions, 0, "INFO");
+    for (metric, count) in report.counts.metrics() {
+        if matches!(metric, "Transactions" | "GroupMismatch") {
+            continue;
+        }
+        let per_source = summed(&docs, &[("Consumer", "account-state")], metric);
+        assert_eq!(per_source, count as i64, "{metric}: {docs:#?}");
+    }
+}
+
+async fn when_a_provider_resends_its_payments_should_record_every_decision_and_count_money_by_source(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let schema = schema();
+    let account = |i: usize| format!("acc-ev-{}", i % ACCOUNTS);
+    let amount_a = |j: usize| 1_000 + 37 * j as i64;
+    let amount_b = |k: usize| 20_000 + 11 * k as i64;
+
+    let openings: Vec<String> = (0..ACCOUNTS).map(|i| open(&account(i))).collect();
+    let prov_a: Vec<String> = (0..50)
+        .map(|j| pay("prov-a", &format!("pa-{j}"), &account(j), amount_a(j)))
+        .collect();
+    let prov_b: Vec<String> = (0..10)
+        .map(|k| pay("prov-b", &format!("pb-{k}"), &account(k), amount_b(k)))
+        .collect();
+
+    let opened = deliver(&handler, "open", &openings).await;
+    let first = deliver(&handler, "a1", &prov_a).await;
+    let again = deliver(&handler, "a2", &prov_a).await;
+    let b = deliver(&handler, "b", &prov_b).await;
+
+    let all: Vec<&BatchReport> = opened
+        .iter()
+        .chain(&first)
+        .chain(&again)
+        .chain(&b)
+        .collect();
+    for report in &all {
+        assert_consistent(report);
+    }
+    let records: Vec<DecisionRecord> = all.iter().flat_map(|r| r.decisions.clone()).collect();
+    assert_eq!(records.len(), ACCOUNTS + 110);
+    assert_valid(&schema, &records);
+    let ids: BTreeSet<&str> = records.iter().map(|r| r.message_id.as_str()).collect();
+    assert_eq!(ids.len(), records.len(), "one record per message");
+
+    // How each verdict was reached: claims first, then the loan item's recent facts.
+    let by = |reports: &[BatchReport]| -> BTreeMap<(Verdict, &'static str), usize> {
+        let mut by = BTreeMap::new();
+        for r in reports.iter().flat_map(|r| &r.decisions) {
+            *by.entry((r.verdict, r.decided_by.as_str())).or_default() += 1;
+        }
+        by
+    };
+    assert_eq!(
+        by(&opened),
+        BTreeMap::from([((Verdict::Applied, "claim"), ACCOUNTS)])
+    );
+    assert_eq!(
+        by(&first),
+        BTreeMap::from([((Verdict::Applied, "claim"), 50)])
+    );
+    assert_eq!(
+        by(&again),
+        BTreeMap::from([((Verdict::Duplicate, "recent-facts"), 50)])
+    );
+    assert_eq!(by(&b), BTreeMap::from([((Verdict::Applied, "claim"), 10)]));
+    for record in records
+        .iter()
+        .filter(|r| r.event_type.as_deref() == Some("PAYMENT_SETTLED"))
+    {
+        let id = record.source_event_id.as_deref().unwrap_or_default();
+        let (source, n) = id.split_once('-').expect("p?-n");
+        let n: usize = n.parse().expect("n");
+        let amount = match source {
+            "pa" => amount_a(n),
+            _ => amount_b(n),
+        };
+        assert_eq!(record.amount_minor, Some(amount), "{record:?}");
+        assert_eq!(record.currency.as_deref(), Some("EUR"));
+        assert_eq!(record.account_id.as_deref(), Some(account(n).as_str()));
+        assert_eq!(record.receive_count, Some(1));
+    }
+    // The same fact twice: one fingerprint, one content key.
+    let of = |reports: &[BatchReport], id: &str| {
+        reports
+            .iter()
+            .flat_map(|r| &r.decisions)
+            .find(|r| r.source_event_id.as_deref() == Some(id))
+            .cloned()
+            .expect("record")
+    };
+    let (one, two) = (of(&first, "pa-7"), of(&again, "pa-7"));
+    assert_eq!(
+        (&one.fingerprint, &one.content_key),
+        (&two.fingerprint, &two.content_key)
+    );
+
+    // The per-source documents of each batch, added up as CloudWatch adds them.
+    let docs: Vec<Value> = all
+        .iter()
+        .flat_map(|r| decision_emf_documents("account-state", &r.decisions, 0, "INFO"))
+        .collect();
+    let by_source = |source: &str, metric: &str| summed(&docs, &[("SourceSystem", source)], metric);
+    let money = |source: &str, metric: &str| {
+        summed(
+            &docs,
+            &[("SourceSystem", source), ("Currency", "EUR")],
+            metric,
+        )
+    };
+    let sum_a: i64 = (0..50).map(amount_a).sum();
+    let sum_b: i64 = (0..10).map(amount_b).sum();
+    let counts = |source: &str| {
+        [
+            "Applied",
+            "Duplicate",
+            "Collision",
+            "Stale",
+            "Quarantined",
+            "Parked",
+            "Released",
+            "Retried",
+        ]
+        .map(|m| by_source(source, m))
+    };
+    assert_eq!(counts("prov-a"), [50, 50, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(counts("prov-b"), [10, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(counts("origination"), [10, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(money("prov-a", "AppliedAmountMinor"), sum_a);
+    assert_eq!(money("prov-a", "DuplicateAmountMinor"), sum_a);
+    assert_eq!(money("prov-b", "AppliedAmountMinor"), sum_b);
+    assert_eq!(money("prov-b", "DuplicateAmountMinor"), 0);
+    // An opening carries a currency but no amount: no money document of its own.
+    assert_eq!(
+        summed(
+            &docs,
+            &[("SourceSystem", "origination")],
+            "AppliedAmountMinor"
+        ),
+        0
+    );
+    // The same over all 120 records at once.
+    let at_once = decision_emf_documents("account-state", &records, 0, "INFO");
+    for source in ["prov-a", "prov-b"] {
+        for metric in [
+            "Applied",
+            "Duplicate",
+            "AppliedAmountMinor",
+            "DuplicateAmountMinor",
+        ] {
+            assert_eq!(
+                summed(&at_once, &[("SourceSystem", source)], metric),
+                by_source(source, metric),
+                "{source} {metric}"
+            );
+        }
+    }
+    // Each verdict document is one (SourceSystem, EventType) group: prov-a's payments, once per
+    // batch; never the `[Consumer]` set the batch document has.
+    for doc in &docs {
+        let sets = doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+            .as_array()
+            .expect("dimension sets");
+        assert!(!sets.contains(&json!(["Consumer"])), "{doc}");
+    }
+}
+
+async fn when_facts_are_parked_released_or_undecodable_should_record_each_decision(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let schema = schema();
+    let early = pay("psp", "early-1", "acc-ev-p", 2_500);
+    let future = json!({"sourceSystem": "api:partner-9", "sourceEventId": "k-future",
+        "eventType": "PAYMENT_SETTLED", "accountId": "acc-ev-p",
+        "eventTime": "2099-01-01T00:00:00Z", "amountMinor": 100, "currency": "EUR",
+        "reference": "INV-1"})
+    .to_string();
+
+    // A payment before its account's opening (parked), an undecodable body, a future event.
+    let one = handler
+        .process(&[
+            sqs_message("p-1", &early, 1),
+            sqs_message("p-2", "not json {", 3),
+            sqs_message("p-3", &future, 1),
+        ])
+        .await;
+    assert_consistent(&one);
+    let find = |report: &BatchReport, id: &str, verdict: Verdict| {
+        report
+            .decisions
+            .iter()
+            .find(|r| r.message_id == id && r.verdict == verdict)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {verdict:?} record of {id}: {report:#?}"))
+    };
+    let parked = find(&one, "p-1", Verdict::Parked);
+    assert_eq!(parked.decided_by.as_str(), "business-rule");
+    let undecodable = find(&one, "p-2", Verdict::Quarantined);
+    assert_eq!(undecodable.decided_by.as_str(), "decode");
+    assert_eq!(undecodable.code.as_deref(), Some("not_json"));
+    assert_eq!(undecodable.receive_count, Some(3));
+    let keys: BTreeSet<String> = undecodable
+        .to_json()
+        .as_object()
+        .expect("object")
+        .keys()
+        .cloned()
+        .collect();
+    let expected = [
+        "code",
+        "consumer",
+        "decidedBy",
+        "kind",
+        "messageId",
+        "reason",
+        "receiveCount",
+        "recordVersion",
+        "verdict",
+    ];
+    assert_eq!(keys, expected.map(str::to_owned).into(), "nothing invented");
+    let future = find(&one, "p-3", Verdict::Quarantined);
+    assert_eq!(
+        (future.decided_by.as_str(), future.code.as_deref()),
+        ("business-rule", Some("event_time_in_future"))
+    );
+    assert_eq!(
+        future.content_key.as_deref(),
+        Some(
+            servicing_consumer::content_key(
+                "acc-ev-p",
+                Some(100),
+                Some("EUR"),
+                "2099-01-01T00:00:00Z",
+                Some("INV-1")
+            )
+            .as_str()
+        )
+    );
+    let docs = decision_emf_documents("account-state", &one.decisions, 0, "INFO");
+    assert_eq!(summed(&docs, &[("SourceSystem", "api")], "Quarantined"), 1);
+    assert_eq!(
+        summed(&docs, &[("SourceSystem", "unknown")], "Quarantined"),
+        1
+    );
+
+    // A redelivery of the parked payment: recognised on the loan item's parked facts.
+    let again = handler.process(&[sqs_message("p-1", &early, 2)]).await;
+    assert_consistent(&again);
+    let duplicate = find(&again, "p-1", Verdict::Duplicate);
+    assert_eq!(duplicate.decided_by.as_str(), "parked-list");
+    assert_eq!(duplicate.fingerprint, parked.fingerprint);
+
+    // The opening: applied, and the parked payment released right after it.
+    let two = handler
+        .process(&[sqs_message("p-4", &open("acc-ev-p"), 1)])
+        .await;
+    assert_consistent(&two);
+    assert_eq!(
+        find(&two, "p-4", Verdict::Applied).decided_by.as_str(),
+        "claim"
+    );
+    let released = find(&two, "p-1", Verdict::Released);
+    assert_eq!(released.outcome, Some(Verdict::Applied));
+    assert_eq!(released.decided_by.as_str(), "claim");
+    assert_eq!(released.receive_count, None, "received in an earlier batch");
+    assert_eq!(released.source_event_id.as_deref(), Some("early-1"));
+    assert_eq!(released.fingerprint, parked.fingerprint);
+    let docs = decision_emf_documents("account-state", &two.decisions, 0, "INFO");
+    assert_eq!(summed(&docs, &[("SourceSystem", "psp")], "Released"), 1);
+    assert_eq!(summed(&docs, &[("SourceSystem", "psp")], "Applied"), 1);
+    assert_eq!(
+        summed(&docs, &[("SourceSystem", "psp")], "AppliedAmountMinor"),
+        2_500
+    );
+
+    // Parked and released in one transaction: the delivery says parked, its release applied.
+    let three = handler
+        .process(&[
+            sqs_message("q-1", &pay("psp", "early-2", "acc-ev-q", 700), 1),
+            sqs_message("q-2", &open("acc-ev-q"), 1),
+        ])
+        .await;
+    assert_consistent(&three);
+    assert_eq!(
+        find(&three, "q-1", Verdict::Parked).decided_by.as_str(),
+        "business-rule"
+    );
+    let released = find(&three, "q-1", Verdict::Released);
+    assert_eq!(
+        (released.outcome, released.receive_count),
+        (Some(Verdict::Applied), Some(1))
+    );
+
+    // A redelivery (recognised from the loan item) and the same identity with another payload
+    // (refused by its claim).
+    let collision = pay("psp", "early-1", "acc-ev-p", 9_999);
+    let four = handler
+        .process(&[
+            sqs_message("p-1", &early, 2),
+            sqs_message("p-5", &collision, 1),
+        ])
+        .await;
+    assert_consistent(&four);
+    let duplicate = find(&four, "p-1", Verdict::Duplicate);
+    assert_eq!(
+        (duplicate.decided_by.as_str(), duplicate.receive_count),
+        ("recent-facts", Some(2))
+    );
+    let collided = find(&four, "p-5", Verdict::Collision);
+    assert_eq!(collided.decided_by.as_str(), "refused-claim");
+    assert_ne!(collided.fingerprint, duplicate.fingerprint);
+    let docs = decision_emf_documents("account-state", &four.decisions, 0, "INFO");
+    assert_eq!(
+        summed(&docs, &[("SourceSystem", "psp")], "DuplicateAmountMinor"),
+        2_500
+    );
+
+    // Through the Lambda entry point: the records and documents are printed, nothing fails.
+    let event: SqsEvent = serde_json::from_value(json!({
+        "Records": [serde_json::to_value(sqs_message("p-6", &early, 1)).expect("message")],
+    }))
+    .expect("SQS event");
+    let response = handler.handle_invocation(event, Some("req-ev")).await;
+    assert!(response.batch_item_failures.is_empty());
+
+    let records: Vec<DecisionRecord> = [one, again, two, three, four]
+        .into_iter()
+        .flat_map(|r| r.decisions)
+        .collect();
+    assert_eq!(records.len(), 3 + 1 + 2 + 3 + 2);
+    assert_valid(&schema, &records);
+}
+
+async fn when_requests_fail_should_record_retries_refusals_and_panics(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let faults = FaultPlan::default();
+    let mut config = servicing.config();
+    config.account_concurrency = 1;
+    let handler = servicing.faulty_handler(config, &faults);
+    let schema = schema();
+    let mut records = Vec::new();
+
+    // Throttled commit: the account's events are retried, each saying why.
+    faults.push(Fault::Throttle);
+    let throttled = handler
+        .process(&[
+            sqs_message("f-1", &open("acc-ev-f1"), 1),
+            sqs_message("f-2", &pay("psp", "f1-pay", "acc-ev-f1", 300), 1),
+        ])
+        .await;
+    assert_consistent(&throttled);
+    for record in &throttled.decisions {
+        assert_eq!(
+            (record.verdict, record.decided_by.as_str()),
+            (Verdict::Retried, "transient"),
+            "{record:?}"
+        );
+        assert!(record.reason.is_some());
+    }
+    records.extend(throttled.decisions);
+
+    // A request DynamoDB refuses as such: the fact is quarantined, never retried.
+    faults.push(Fault::Invalid);
+    let refused = handler
+        .process(&[sqs_message("f-3", &open("acc-ev-f2"), 1)])
+        .await;
+    assert_consistent(&refused);
+    let record = &refused.decisions[0];
+    assert_eq!(
+        (
+            record.verdict,
+            record.decided_by.as_str(),
+            record.code.as_deref()
+        ),
+        (
+            Verdict::Quarantined,
+            "store-rejected",
+            Some("store_rejected")
+        )
+    );
+    records.extend(refused.decisions);
+
+    // A bug: the account's messages come back.
+    faults.push(Fault::Panic);
+    let panicked = handler
+        .process(&[sqs_message("f-4", &open("acc-ev-f3"), 1)])
+        .await;
+    assert_consistent(&panicked);
+    let record = &panicked.decisions[0];
+    assert_eq!(
+        (record.verdict, record.decided_by.as_str()),
+        (Verdict::Retried, "panic")
+    );
+    records.extend(panicked.decisions);
+    assert_eq!(faults.pending(), 0);
+    assert_valid(&schema, &records);
+}
