@@ -1,10 +1,14 @@
 //! Integrity evidence (issue #22): every delivery the account-state consumer handles leaves one
 //! decision record — and every parked fact it judges again one `released` record — valid
 //! against `docs/decision-record.schema.json`, and the per-source metrics computed from those
-//! records count each source's verdicts and money.
+//! records count each source's verdicts and money. The relay (no engine: an in-process
+//! EventBridge and queue), the payments API and collections (DynamoDB Local) write valid
+//! records too.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
 
+use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::SqsEvent;
 use integration_tests::Engine;
 use integration_tests::faults::{Fault, FaultPlan};
@@ -97,6 +101,7 @@ fn check(schema: &Value, instance: &Value, at: &str, found: &mut Vec<String>) {
             "type" => {
                 let ok = match rule.as_str() {
                     Some("object") => instance.is_object(),
+                    Some("array") => instance.is_array(),
                     Some("string") => instance.is_string(),
                     Some("integer") => instance.is_i64() || instance.is_u64(),
                     other => {
@@ -139,6 +144,17 @@ fn check(schema: &Value, instance: &Value, at: &str, found: &mut Vec<String>) {
                 };
                 if bad {
                     found.push(format!("{at}: {instance} breaks {keyword} {rule}"));
+                }
+            }
+            "items" => {
+                for (i, item) in instance.as_array().into_iter().flatten().enumerate() {
+                    check(rule, item, &format!("{at}/{i}"), found);
+                }
+            }
+            "minItems" => {
+                let len = instance.as_array().map(|a| a.len() as u64);
+                if len.zip(rule.as_u64()).is_some_and(|(l, m)| l < m) {
+                    found.push(format!("{at}: {instance} has fewer than {rule} items"));
                 }
             }
             "required" => {
@@ -265,6 +281,44 @@ fn the_schema_check_catches_what_the_schema_forbids() {
             "{expected}: {problems:?}"
         );
     }
+
+    // The other consumers' rules: a relay record names what it published, with its own
+    // verdicts; the API's refusals name their problem type; account-state has no event ids.
+    let published = json!({"recordVersion": 1, "kind": "decision", "consumer": "outbox-relay",
+        "messageId": "rec-1", "eventIds": ["evt_1"], "verdict": "published",
+        "decidedBy": "stream-record"});
+    assert_eq!(violations(&schema, &published), Vec::<String>::new());
+    let mut broken = published.clone();
+    broken["eventIds"] = json!([""]);
+    broken["verdict"] = json!("applied");
+    let problems = violations(&schema, &broken);
+    for expected in ["/eventIds/0", "/verdict"] {
+        assert!(
+            problems.iter().any(|p| p.contains(expected)),
+            "{expected}: {problems:?}"
+        );
+    }
+    let mut unnamed = published.clone();
+    unnamed.as_object_mut().expect("object").remove("eventIds");
+    assert!(
+        violations(&schema, &unnamed)
+            .iter()
+            .any(|p| p.contains("missing required eventIds"))
+    );
+    let refused = json!({"recordVersion": 1, "kind": "decision", "consumer": "payments-api",
+        "messageId": "req-1", "verdict": "refused", "decidedBy": "validation"});
+    assert!(
+        violations(&schema, &refused)
+            .iter()
+            .any(|p| p.contains("missing required code"))
+    );
+    let mut with_ids = valid.clone();
+    with_ids["eventIds"] = json!(["evt_1"]);
+    assert!(
+        violations(&schema, &with_ids)
+            .iter()
+            .any(|p| p.contains("matches what it must not"))
+    );
 }
 
 // --- the sums, as CloudWatch would add up the documents ----------------------------------
@@ -706,4 +760,440 @@ async fn when_requests_fail_should_record_retries_refusals_and_panics(engine: En
     records.extend(panicked.decisions);
     assert_eq!(faults.pending(), 0);
     assert_valid(&schema, &records);
+}
+
+// --- the outbox relay, without an engine -------------------------------------------------
+
+/// An in-process EventBridge and servicing queue (one wiremock server): `PutEvents` refuses the
+/// entry at the position `plan` says (once per request), else accepts; `SendMessageBatch`
+/// accepts every entry.
+#[derive(Debug, Clone, Default)]
+struct FakeTargets {
+    plan: Arc<Mutex<VecDeque<usize>>>,
+    queued: Arc<Mutex<Vec<String>>>,
+}
+
+impl wiremock::Respond for FakeTargets {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let target = request
+            .headers
+            .get("x-amz-target")
+            .and_then(|t| t.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body: Value = serde_json::from_slice(&request.body).expect("JSON request");
+        let json = |body: Value, content_type: &str| {
+            wiremock::ResponseTemplate::new(200).set_body_raw(body.to_string(), content_type)
+        };
+        let entries = body["Entries"].as_array().cloned().unwrap_or_default();
+        match target.as_str() {
+            "AWSEvents.PutEvents" => {
+                let failing = self.plan.lock().expect("plan").pop_front();
+                let answers: Vec<Value> = (0..entries.len())
+                    .map(|i| match Some(i) == failing {
+                        true => {
+                            json!({"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"})
+                        }
+                        false => json!({"EventId": format!("eb-{i}")}),
+                    })
+                    .collect();
+                let failed = usize::from(failing.is_some_and(|f| f < entries.len()));
+                json(
+                    json!({"FailedEntryCount": failed, "Entries": answers}),
+                    "application/x-amz-json-1.1",
+                )
+            }
+            "AmazonSQS.SendMessageBatch" => {
+                let successful: Vec<Value> = entries
+                    .iter()
+                    .map(|e| {
+                        let id = e["MessageDeduplicationId"].as_str().unwrap_or_default();
+                        self.queued.lock().expect("queued").push(id.to_owned());
+                        json!({"Id": e["Id"], "MessageId": format!("m-{id}"),
+                            "MD5OfMessageBody": "00000000000000000000000000000000"})
+                    })
+                    .collect();
+                json(
+                    json!({"Successful": successful, "Failed": []}),
+                    "application/x-amz-json-1.0",
+                )
+            }
+            other => wiremock::ResponseTemplate::new(400).set_body_raw(
+                json!({"__type": "UnknownOperationException", "message": other}).to_string(),
+                "application/x-amz-json-1.0",
+            ),
+        }
+    }
+}
+
+impl FakeTargets {
+    /// Serves it; a relay publishing to it and sending API payments to its queue, with a
+    /// store that is never reached (nothing to quarantine). Keep the server.
+    async fn relay(&self) -> (wiremock::MockServer, outbox_relay_handler::OutboxRelay) {
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(self.clone())
+            .mount(&server)
+            .await;
+        let config = aws_setup::loader()
+            .endpoint_url(server.uri())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .load()
+            .await;
+        let nowhere = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&config)
+                .endpoint_url("http://127.0.0.1:9")
+                .build(),
+        );
+        let store = servicing_store::ServicingStore::new(
+            nowhere,
+            servicing_store::StoreConfig::new("unused", outbox_relay_handler::CONSUMER),
+        );
+        let queue_url = format!("{}/000000000000/servicing.fifo", server.uri());
+        let relay = outbox_relay_handler::OutboxRelay::new(
+            aws_sdk_eventbridge::Client::new(&config),
+            store,
+            "bus",
+        )
+        .with_servicing_queue(aws_sdk_sqs::Client::new(&config), queue_url);
+        (server, relay)
+    }
+}
+
+/// A stream INSERT as the store writes it: a fact's record (claim) of `(psp, <fact>)` carrying
+/// one account-state event, or (`api`) an API idempotency record carrying the payment.
+fn stream_insert(seq: &str, event_id: &str, api: bool) -> EventRecord {
+    let mut image = match api {
+        false => json!({"pk": {"S": format!("CLAIM#account-state#psp#f-{seq}")},
+            "sk": {"S": "CLAIM"}, "itemType": {"S": "CLAIM"}, "sourceSystem": {"S": "psp"},
+            "sourceEventId": {"S": format!("f-{seq}")}, "accountId": {"S": "acc-ev-r"},
+            "outbox": {"S": json!([{"source": "servicing.account-state",
+                "detailType": "FeeAssessed", "detail": {"eventId": event_id}}]).to_string()}}),
+        true => json!({"pk": {"S": format!("IDEMPOTENCY#scope#{event_id}")},
+            "sk": {"S": "IDEMPOTENCY"}, "itemType": {"S": "IDEMPOTENCY"},
+            "outbox": {"S": json!([{"source": payments_api_handler::EVENT_SOURCE,
+                "detailType": payments_api_handler::DETAIL_TYPE, "detail": {"eventId": event_id,
+                "sourceSystem": "api:partner-1", "sourceEventId": "order-r",
+                "eventType": "PAYMENT_SETTLED", "accountId": "acc-ev-api",
+                "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR"}}])
+                .to_string()}}),
+    };
+    image["claimedAt"] = json!({"N": "1796000000"});
+    serde_json::from_value(json!({
+        "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE",
+            "ApproximateCreationDateTime": 0, "Keys": {"pk": image["pk"], "sk": image["sk"]},
+            "NewImage": image}
+    }))
+    .expect("stream record")
+}
+
+#[tokio::test]
+async fn when_the_relay_publishes_sends_and_checkpoints_should_record_each_stream_record() {
+    let schema = schema();
+    let fake = FakeTargets::default();
+    let (_server, relay) = fake.relay().await;
+    // A record that carries no events (a loan item's write): skipped, no record.
+    let mut skipped = stream_insert("2", "unused", false);
+    skipped.change.new_image.remove("outbox");
+    let records = vec![
+        stream_insert("1", "evt_1", false),
+        skipped,
+        stream_insert("3", "op_3", true),
+        stream_insert("4", "evt_4", false),
+        stream_insert("5", "evt_5", false),
+    ];
+    // EventBridge refuses the third entry (evt_4): the checkpoint is record 4.
+    fake.plan.lock().expect("plan").push_back(2);
+    let report = relay.relay(&records).await;
+    assert_eq!(report.checkpoint.as_deref(), Some("4"), "{report:?}");
+    let seen: Vec<(&str, Verdict, &str)> = report
+        .decisions
+        .iter()
+        .map(|d| (d.message_id.as_str(), d.verdict, d.decided_by.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("rec-1", Verdict::Published, "stream-record"),
+            ("rec-3", Verdict::Sent, "stream-record"),
+            ("rec-4", Verdict::Retried, "transient"),
+            ("rec-5", Verdict::Retried, "transient"),
+        ],
+        "one record per stream record carrying events, none for the skipped one"
+    );
+    let of = |id: &str| {
+        report
+            .decisions
+            .iter()
+            .find(|d| d.message_id == id)
+            .cloned()
+            .expect("record")
+    };
+    let fact = of("rec-1");
+    assert_eq!(
+        (
+            fact.source_system.as_deref(),
+            fact.source_event_id.as_deref(),
+            fact.account_id.as_deref(),
+            fact.event_ids.clone()
+        ),
+        (
+            Some("psp"),
+            Some("f-1"),
+            Some("acc-ev-r"),
+            Some(vec!["evt_1".to_owned()])
+        )
+    );
+    let payment = of("rec-3");
+    assert_eq!(
+        (
+            payment.source_system.as_deref(),
+            payment.source_event_id.as_deref(),
+            payment.account_id.as_deref()
+        ),
+        (Some("api:partner-1"), Some("order-r"), Some("acc-ev-api")),
+        "an idempotency record's fact, from its payment's detail"
+    );
+    assert_eq!(*fake.queued.lock().expect("queued"), ["op_3"]);
+    let checkpoint = of("rec-4").reason.unwrap_or_default();
+    assert!(checkpoint.contains("ThrottlingException"), "{checkpoint}");
+    let after = of("rec-5").reason.unwrap_or_default();
+    assert!(after.contains("after the checkpoint 4"), "{after}");
+    let mut all = report.decisions.clone();
+
+    // Lambda delivers again from the checkpoint: both are published now.
+    let again = relay.relay(&records[3..]).await;
+    assert_eq!(again.checkpoint, None);
+    let seen: Vec<(&str, Verdict)> = again
+        .decisions
+        .iter()
+        .map(|d| (d.message_id.as_str(), d.verdict))
+        .collect();
+    assert_eq!(
+        seen,
+        [("rec-4", Verdict::Published), ("rec-5", Verdict::Published)]
+    );
+    all.extend(again.decisions);
+    assert_valid(&schema, &all);
+}
+
+// --- the payments API and collections, on DynamoDB Local ----------------------------------
+
+const ALICE: &str = "arn:aws:iam::123456789012:user/alice";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_payments_are_posted_should_record_each_command() {
+    let servicing = Servicing::new(Engine::DynamoDbLocal).await;
+    let schema = schema();
+    servicing
+        .handler()
+        .process(&[sqs_message("open-api", &open("acc-ev-api"), 1)])
+        .await;
+    let api = payments_api_handler::PaymentsApi::new(servicing.store("payments-api"));
+    let post = |principal: Option<&str>, key: &str, account: &str, amount: i64| {
+        let body = json!({"accountId": account, "amountMinor": amount, "currency": "EUR",
+            "reference": "inv-ev-secret"})
+        .to_string();
+        integration_tests::api_gateway::event(
+            "POST",
+            "/v1/payments",
+            "POST /v1/payments",
+            principal,
+            Some(key),
+            Some(&body),
+        )
+    };
+    let mut records = Vec::new();
+    for (request, status, verdict, decided_by) in [
+        (
+            post(Some(ALICE), "order-ev-1", "acc-ev-api", 2_500),
+            202,
+            Verdict::Accepted,
+            "idempotency-record",
+        ),
+        (
+            post(Some(ALICE), "order-ev-1", "acc-ev-api", 2_500),
+            202,
+            Verdict::Replayed,
+            "idempotency-record",
+        ),
+        (
+            post(Some(ALICE), "order-ev-1", "acc-ev-api", 9_999),
+            422,
+            Verdict::KeyReused,
+            "idempotency-record",
+        ),
+        (
+            post(Some(ALICE), "order-ev-2", "acc-ev-none", 100),
+            404,
+            Verdict::Refused,
+            "business-rule",
+        ),
+        (
+            post(None, "order-ev-3", "acc-ev-api", 100),
+            401,
+            Verdict::Refused,
+            "validation",
+        ),
+    ] {
+        let (response, record) = api.post(&request).await;
+        assert_eq!(
+            (
+                response.status().as_u16(),
+                record.verdict,
+                record.decided_by.as_str()
+            ),
+            (status, verdict, decided_by),
+            "{record:?}"
+        );
+        records.push(record);
+    }
+    assert_valid(&schema, &records);
+    let [accepted, replayed, reused, unknown, unauthenticated] = &records[..] else {
+        panic!("five records");
+    };
+    assert_eq!(accepted.message_id, "req-1", "the API Gateway request id");
+    assert!(
+        accepted
+            .source_system
+            .as_deref()
+            .is_some_and(|s| s.starts_with("api:")),
+        "{accepted:?}"
+    );
+    assert_eq!(accepted.source_event_id.as_deref(), Some("order-ev-1"));
+    assert_eq!(
+        (
+            accepted.account_id.as_deref(),
+            accepted.amount_minor,
+            accepted.currency.as_deref()
+        ),
+        (Some("acc-ev-api"), Some(2_500), Some("EUR"))
+    );
+    assert_eq!(
+        accepted.fingerprint, replayed.fingerprint,
+        "the same request"
+    );
+    assert_ne!(accepted.fingerprint, reused.fingerprint, "another request");
+    assert_eq!(reused.code.as_deref(), Some("idempotency-key-reused"));
+    assert_eq!(unknown.code.as_deref(), Some("unknown-account"));
+    assert_eq!(
+        (
+            unauthenticated.code.as_deref(),
+            &unauthenticated.source_system
+        ),
+        (Some("unauthenticated"), &None),
+        "refused before the caller was known"
+    );
+    for record in &records {
+        let line = servicing_consumer::decision_line(record, "INFO");
+        assert!(!line.contains("inv-ev-secret"), "never the body: {line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_collections_handles_changes_should_record_each_delinquency_changed() {
+    let servicing = Servicing::new(Engine::DynamoDbLocal).await;
+    let schema = schema();
+    // No change below worsens into 30+ days past due: the receiver is never called.
+    let notifier =
+        collections_handler::Notifier::new("http://127.0.0.1:9", std::time::Duration::from_secs(1))
+            .expect("notifier");
+    let handler = collections_handler::CollectionsHandler::new(
+        servicing.store(collections_handler::CONSUMER),
+        notifier,
+    );
+    let change = |id: &str, from: &str, to: &str, at: &str, dpd: u32| {
+        json!({"detail-type": "DelinquencyChanged", "source": "servicing.account-state",
+            "detail": {"eventId": id, "accountId": "acc-ev-c", "occurredAt": at,
+                "fromBucket": from, "toBucket": to, "dpd": dpd}})
+        .to_string()
+    };
+    let improvement = change("dq-2", "DPD_60_89", "DPD_30_59", "2026-11-05T00:00:00Z", 40);
+    let deliveries = [
+        ("c-1", improvement.clone(), Some(Verdict::Applied), "claim"),
+        (
+            "c-2",
+            improvement,
+            Some(Verdict::Duplicate),
+            "refused-claim",
+        ),
+        (
+            "c-3",
+            change(
+                "dq-1",
+                "DPD_90_PLUS",
+                "DPD_60_89",
+                "2026-11-01T00:00:00Z",
+                70,
+            ),
+            Some(Verdict::Stale),
+            "business-rule",
+        ),
+        (
+            "c-4",
+            change("dq-2", "DPD_60_89", "DPD_30_59", "2026-11-05T00:00:00Z", 41),
+            Some(Verdict::Collision),
+            "refused-claim",
+        ),
+        (
+            "c-5",
+            "not json {".to_owned(),
+            Some(Verdict::Quarantined),
+            "decode",
+        ),
+        (
+            "c-6",
+            json!({"detail-type": "PaymentApplied", "detail": {}}).to_string(),
+            None,
+            "",
+        ),
+    ];
+    let mut records = Vec::new();
+    for (id, body, verdict, decided_by) in deliveries {
+        let report = handler.process_batch(&[sqs_message(id, &body, 2)]).await;
+        assert_eq!(report.results.len(), 1);
+        match verdict {
+            None => assert!(report.decisions.is_empty(), "{report:?}"),
+            Some(verdict) => {
+                let [record] = &report.decisions[..] else {
+                    panic!("one record: {report:?}");
+                };
+                assert_eq!(
+                    (record.verdict, record.decided_by.as_str()),
+                    (verdict, decided_by),
+                    "{record:?}"
+                );
+                assert_eq!(
+                    (record.message_id.as_str(), record.receive_count),
+                    (id, Some(2))
+                );
+                records.push(record.clone());
+            }
+        }
+    }
+    assert_valid(&schema, &records);
+    let applied = &records[0];
+    assert_eq!(
+        (
+            applied.source_system.as_deref(),
+            applied.source_event_id.as_deref(),
+            applied.account_id.as_deref()
+        ),
+        (
+            Some("servicing.account-state"),
+            Some("dq-2"),
+            Some("acc-ev-c")
+        )
+    );
+    assert_eq!(records[1].fingerprint, applied.fingerprint);
+    assert_ne!(records[3].fingerprint, applied.fingerprint);
+    assert_eq!(
+        (records[3].code.as_deref(), records[4].code.as_deref()),
+        (Some("collision"), Some("invalid_event"))
+    );
 }

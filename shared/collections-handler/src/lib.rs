@@ -19,6 +19,10 @@
 //!
 //! Changes of one account are ordered by `occurredAt`, then by `eventId`: the detail carries no
 //! per-account sequence, so the id only makes ties deterministic.
+//!
+//! Every delivered `DelinquencyChanged` (and every body that does not decode) leaves one
+//! decision record (consumer `collections`): applied, duplicate, collision, stale, quarantined
+//! or retried, and how that was decided. A delivery of another event type leaves none.
 
 mod config;
 mod notifier;
@@ -32,6 +36,7 @@ use servicing_store::{
     ActionIntent, ActionStatus, CommitOutcome, Effect, QuarantineEntry, ServicingStore, StoreError,
     UnitOfWork,
 };
+use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
 
 pub use config::{CALL_TIMEOUT, Config};
 pub use notifier::{Delivery, Notifier};
@@ -43,6 +48,10 @@ const CLAIM_SYSTEM: &str = "outbox";
 /// Commits of one change that lose to a concurrent change of its account (read again, judge
 /// again) before the message is retried.
 const COMMIT_ATTEMPTS: u32 = 5;
+/// Quarantine codes: a body that is not a valid `DelinquencyChanged`, an event id claimed with
+/// another payload.
+const INVALID_EVENT: &str = "invalid_event";
+const COLLISION: &str = "collision";
 
 /// The action of an event after this delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +156,17 @@ impl DelinquencyChanged {
         }))
     }
 
+    /// What a decision record knows of the change: its `eventId` (as `sourceEventId`), account
+    /// and fingerprint (of its detail: what tells a duplicate from a collision).
+    fn evidence(&self, record: DecisionRecord) -> DecisionRecord {
+        DecisionRecord {
+            source_event_id: Some(self.event_id.clone()),
+            account_id: Some(self.account_id.as_str().to_owned()),
+            fingerprint: Some(Fingerprint::of_value(&self.detail).as_str().to_owned()),
+            ..record
+        }
+    }
+
     fn order(&self) -> ChangeOrder<'_> {
         ChangeOrder {
             occurred_at: self.occurred_at,
@@ -209,6 +229,63 @@ pub struct CollectionsHandler {
     concurrency: usize,
 }
 
+/// A batch's results (by message id, in order) and the decision record of each delivered
+/// `DelinquencyChanged` (and of each body that does not decode), in the same order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CollectionsReport {
+    pub results: Vec<(String, MessageResult)>,
+    pub decisions: Vec<DecisionRecord>,
+}
+
+/// How a delivery's verdict was reached (a retry overrides it: `retried`, `transient`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Decided {
+    verdict: Verdict,
+    by: DecidedBy,
+    /// The quarantine code, when quarantined.
+    code: Option<&'static str>,
+}
+
+impl Decided {
+    const fn new(verdict: Verdict, by: DecidedBy) -> Self {
+        Self {
+            verdict,
+            by,
+            code: None,
+        }
+    }
+
+    const RETRIED: Self = Self::new(Verdict::Retried, DecidedBy::Transient);
+
+    /// The record of a delivery (`record` names what is known of it) with `result`: a retry
+    /// says why, a quarantine its code and why.
+    fn settle(self, mut record: DecisionRecord, result: &MessageResult) -> DecisionRecord {
+        let Decided { verdict, by, code } = match result {
+            MessageResult::Retry { .. } => Self::RETRIED,
+            _ => self,
+        };
+        record.verdict = verdict;
+        record.decided_by = by;
+        match result {
+            MessageResult::Retry { reason } => record.reason = Some(reason.clone()),
+            MessageResult::Quarantined { reason } => {
+                record.code = code.map(str::to_owned);
+                record.reason = Some(reason.clone());
+            }
+            _ => {}
+        }
+        record
+    }
+}
+
+/// SQS `ApproximateReceiveCount`, when SQS said.
+fn receive_count(message: &SqsMessage) -> Option<u32> {
+    message
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+}
+
 /// A batch's outcomes, as EMF metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchCounts {
@@ -260,11 +337,23 @@ impl CollectionsHandler {
         }
     }
 
+    /// The Lambda entry point: processes, prints each decision record (stamped with the X-Ray
+    /// trace of the invocation) and the batch's EMF line.
     pub async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
-        let results = self.process(&event.records).await;
+        let report = self.process_batch(&event.records).await;
+        let trace_id = std::env::var("_X_AMZN_TRACE_ID")
+            .ok()
+            .filter(|t| !t.is_empty());
+        for record in &report.decisions {
+            let record = DecisionRecord {
+                trace_id: trace_id.clone(),
+                ..record.clone()
+            };
+            servicing_telemetry::print_decision(&record);
+        }
         let mut response = SqsBatchResponse::default();
         let mut counts = BatchCounts::default();
-        for (id, result) in &results {
+        for (id, result) in &report.results {
             counts.count(result);
             if matches!(result, MessageResult::Retry { .. }) {
                 response.add_failure(id.clone());
@@ -276,33 +365,84 @@ impl CollectionsHandler {
 
     /// Messages are independent (one event each): processed concurrently, bounded.
     pub async fn process(&self, messages: &[SqsMessage]) -> Vec<(String, MessageResult)> {
-        futures_util::stream::iter(messages)
-            .map(|m| async move {
-                let id = m.message_id.clone().unwrap_or_default();
-                let result = self
-                    .process_one(&id, m.body.as_deref().unwrap_or_default())
-                    .await;
-                (id, result)
-            })
-            .buffered(self.concurrency)
-            .collect()
-            .await
+        self.process_batch(messages).await.results
     }
 
+    /// [`Self::process`], with the decision records.
+    pub async fn process_batch(&self, messages: &[SqsMessage]) -> CollectionsReport {
+        let processed: Vec<(String, MessageResult, Option<DecisionRecord>)> =
+            futures_util::stream::iter(messages)
+                .map(|m| async move {
+                    let id = m.message_id.clone().unwrap_or_default();
+                    let body = m.body.as_deref().unwrap_or_default();
+                    let (result, record) = self.process_one(&id, body, receive_count(m)).await;
+                    (id, result, record)
+                })
+                .buffered(self.concurrency)
+                .collect()
+                .await;
+        let mut report = CollectionsReport::default();
+        for (id, result, record) in processed {
+            report.results.push((id, result));
+            report.decisions.extend(record);
+        }
+        report
+    }
+
+    /// The result of one delivery and its decision record (none for an event this consumer
+    /// does not act on).
     #[tracing::instrument(skip_all, fields(message_id))]
-    async fn process_one(&self, message_id: &str, body: &str) -> MessageResult {
-        let parsed = serde_json::from_str::<Value>(body)
+    async fn process_one(
+        &self,
+        message_id: &str,
+        body: &str,
+        receive_count: Option<u32>,
+    ) -> (MessageResult, Option<DecisionRecord>) {
+        let record = DecisionRecord {
+            receive_count,
+            ..DecisionRecord::new(CONSUMER, message_id, Verdict::Retried, DecidedBy::Decode)
+        };
+        let envelope = serde_json::from_str::<Value>(body);
+        let parsed = envelope
+            .as_ref()
             .map_err(|e| format!("body is not JSON: {e}"))
-            .and_then(|envelope| DelinquencyChanged::parse(&envelope));
+            .and_then(DelinquencyChanged::parse);
         let event = match parsed {
             Ok(Some(event)) => event,
-            Ok(None) => return MessageResult::Ignored,
+            Ok(None) => return (MessageResult::Ignored, None),
             Err(reason) => {
-                return self
-                    .quarantine(message_id, body, "invalid_event", &reason)
+                let result = self
+                    .quarantine(message_id, body, INVALID_EVENT, &reason)
                     .await;
+                let decided = Decided {
+                    code: Some(INVALID_EVENT),
+                    ..Decided::new(Verdict::Quarantined, DecidedBy::Decode)
+                };
+                let record = decided.settle(record, &result);
+                return (result, Some(record));
             }
         };
+        let record = DecisionRecord {
+            source_system: envelope
+                .as_ref()
+                .ok()
+                .and_then(|e| e["source"].as_str())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+            ..event.evidence(record)
+        };
+        let (result, decided) = self.decide(message_id, body, &event).await;
+        let record = decided.settle(record, &result);
+        (result, Some(record))
+    }
+
+    /// Claims the change and executes its action: the result, and how it was decided.
+    async fn decide(
+        &self,
+        message_id: &str,
+        body: &str,
+        event: &DelinquencyChanged,
+    ) -> (MessageResult, Decided) {
         let source = SourceRef {
             system: CLAIM_SYSTEM.to_owned(),
             event_id: event.event_id.clone(),
@@ -323,7 +463,7 @@ impl CollectionsHandler {
         let (first_time, superseded) = loop {
             let later = match self.store.latest_change(&event.account_id).await {
                 Ok(latest) => later_than(latest, &event.order()),
-                Err(e) => return retry(e),
+                Err(e) => return (retry(e), Decided::RETRIED),
             };
             match self
                 .store
@@ -338,9 +478,12 @@ impl CollectionsHandler {
                         "collision: event {} was claimed with fingerprint {stored}, this one has {fingerprint}",
                         event.event_id
                     );
-                    return self
-                        .quarantine(message_id, body, "collision", &reason)
-                        .await;
+                    let result = self.quarantine(message_id, body, COLLISION, &reason).await;
+                    let decided = Decided {
+                        code: Some(COLLISION),
+                        ..Decided::new(Verdict::Collision, DecidedBy::RefusedClaim)
+                    };
+                    return (result, decided);
                 }
                 // A later change of the account was recorded meanwhile, or a concurrent one
                 // touched the same items: judge again on what is stored now.
@@ -355,12 +498,18 @@ impl CollectionsHandler {
                     .await;
                 }
                 Ok(other) => {
-                    return MessageResult::Retry {
-                        reason: format!("commit not settled: {other:?}"),
-                    };
+                    let reason = format!("commit not settled: {other:?}");
+                    return (MessageResult::Retry { reason }, Decided::RETRIED);
                 }
-                Err(e) => return retry(e),
+                Err(e) => return (retry(e), Decided::RETRIED),
             }
+        };
+        // Claimed now: applied, or stale when a later change of the account was recorded
+        // first; claimed before (or its action recorded): a duplicate.
+        let decided = match (first_time, &superseded) {
+            (true, None) => Decided::new(Verdict::Applied, DecidedBy::Claim),
+            (true, Some(_)) => Decided::new(Verdict::Stale, DecidedBy::BusinessRule),
+            (false, _) => Decided::new(Verdict::Duplicate, DecidedBy::RefusedClaim),
         };
 
         let action = match (&intent, superseded) {
@@ -376,18 +525,16 @@ impl CollectionsHandler {
                     executed_now: false,
                 })
             }
-            (Some(intent), None) => {
-                match self.execute_if_pending(&intent.action_id, &event).await {
-                    Ok(status) => Some(status),
-                    Err(reason) => return MessageResult::Retry { reason },
-                }
-            }
+            (Some(intent), None) => match self.execute_if_pending(&intent.action_id, event).await {
+                Ok(status) => Some(status),
+                Err(reason) => return (MessageResult::Retry { reason }, Decided::RETRIED),
+            },
         };
-        if first_time {
-            MessageResult::Handled { action }
-        } else {
-            MessageResult::Duplicate { action }
-        }
+        let result = match first_time {
+            true => MessageResult::Handled { action },
+            false => MessageResult::Duplicate { action },
+        };
+        (result, decided)
     }
 
     /// Executes the stored action if it is still pending and no later change of its account has
@@ -609,6 +756,91 @@ mod tests {
             .remove("fromBucket");
         let err = DelinquencyChanged::parse(&envelope).expect_err("no from");
         assert!(err.contains("fromBucket"), "{err}");
+    }
+
+    /// The record of a delivery of `event`, as `process_one` starts it.
+    fn started(event: &DelinquencyChanged) -> DecisionRecord {
+        DecisionRecord {
+            receive_count: Some(2),
+            source_system: Some("servicing.account-state".into()),
+            ..event.evidence(DecisionRecord::new(
+                CONSUMER,
+                "m-1",
+                Verdict::Retried,
+                DecidedBy::Decode,
+            ))
+        }
+    }
+
+    #[test]
+    fn when_a_change_is_decided_should_record_its_identity_verdict_and_how() {
+        let event = change("DPD_1_29", "DPD_30_59", "2026-10-01T00:00:00Z", "evt_7");
+        let applied = Decided::new(Verdict::Applied, DecidedBy::Claim)
+            .settle(started(&event), &MessageResult::Handled { action: None });
+        let fingerprint = Fingerprint::of_value(&event.detail);
+        assert_eq!(
+            applied.to_json(),
+            json!({"recordVersion": 1, "kind": "decision", "consumer": "collections",
+                "messageId": "m-1", "receiveCount": 2, "sourceSystem": "servicing.account-state",
+                "sourceEventId": "evt_7", "accountId": "acc_1",
+                "fingerprint": fingerprint.as_str(), "verdict": "applied", "decidedBy": "claim"})
+        );
+
+        // A collision is quarantined under its code; a retry overrides whatever was decided.
+        let collision = Decided {
+            code: Some(COLLISION),
+            ..Decided::new(Verdict::Collision, DecidedBy::RefusedClaim)
+        }
+        .settle(
+            started(&event),
+            &MessageResult::Quarantined {
+                reason: "claimed with another fingerprint".into(),
+            },
+        );
+        assert_eq!(
+            (
+                collision.verdict,
+                collision.decided_by,
+                collision.code.as_deref(),
+                collision.reason.as_deref()
+            ),
+            (
+                Verdict::Collision,
+                DecidedBy::RefusedClaim,
+                Some("collision"),
+                Some("claimed with another fingerprint")
+            )
+        );
+        let retried = Decided::new(Verdict::Stale, DecidedBy::BusinessRule).settle(
+            started(&event),
+            &MessageResult::Retry {
+                reason: "throttled".into(),
+            },
+        );
+        assert_eq!(
+            (
+                retried.verdict,
+                retried.decided_by,
+                retried.code,
+                retried.reason.as_deref()
+            ),
+            (
+                Verdict::Retried,
+                DecidedBy::Transient,
+                None,
+                Some("throttled")
+            )
+        );
+    }
+
+    #[test]
+    fn when_sqs_gives_no_receive_count_should_say_nothing() {
+        let mut message = SqsMessage::default();
+        assert_eq!(receive_count(&message), None);
+        message
+            .attributes
+            .insert("ApproximateReceiveCount".into(), "3".into());
+        assert_eq!(receive_count(&message), Some(3));
     }
 
     #[test]

@@ -19,13 +19,19 @@
 //! an entry SQS refuses as the sender's fault (`SenderFault`: invalid characters, too large),
 //! which no retry can send: it is quarantined (`sqs_refused`, with SQS's code and message) and
 //! the relay moves on, instead of holding the shard until Lambda drops the whole batch.
+//!
+//! Every stream record that carries events leaves one decision record (consumer
+//! `outbox-relay`, `messageId` = the stream record's `eventID`): `published`, `sent` (an API
+//! payment also put on the servicing queue), `quarantined`, or `retried` (the checkpoint and
+//! every record after it). Skipped records leave none.
 
 use std::collections::HashMap;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
-use servicing_store::{OutboxEvent, QuarantineEntry, ServicingStore};
+use servicing_store::{OutboxEvent, QuarantineEntry, ServicingStore, StoreError};
+use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
 
 mod config;
 pub use config::Config;
@@ -39,6 +45,13 @@ pub const CONSUMER: &str = "outbox-relay";
 /// A record's events (`ClaimRecord::outbox`, `IdempotencyRecord::outbox`) and trace.
 const OUTBOX: &str = "outbox";
 const TRACE_HEADER: &str = "traceHeader";
+/// What a fact's record (`ClaimRecord`) says of its fact, for the decision record.
+const SOURCE_SYSTEM: &str = "sourceSystem";
+const SOURCE_EVENT_ID: &str = "sourceEventId";
+const ACCOUNT_ID: &str = "accountId";
+const ITEM_TYPE: &str = "itemType";
+/// `IdempotencyRecord::ITEM_TYPE`: its fact is named by its event's detail.
+const IDEMPOTENCY: &str = "IDEMPOTENCY";
 
 /// A reversal's mark on its payment's record (`reversedBy`): a later write to an applied
 /// record, whose events were published by the write that applied it.
@@ -66,21 +79,52 @@ struct Publishable<'a> {
     entries: Vec<PutEventsRequestEntry>,
     size: usize,
     enqueue: Option<Enqueue>,
+    /// Its decision record, before the verdict.
+    evidence: DecisionRecord,
 }
 
 /// How far the servicing-queue sends of a chunk got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Enqueued {
     /// Records (from the chunk's start) done with: sent, or refused for good and quarantined.
     done: usize,
-    /// Of those, the quarantined ones.
-    quarantined: u64,
+    /// Of those, the quarantined ones (by position in the chunk), with the reason.
+    quarantined: Vec<(usize, String)>,
+    /// Why the sends stopped short of the chunk's end, when they did.
+    stopped: Option<String>,
 }
 
 impl Enqueued {
-    fn count(self, report: &mut RelayReport) {
-        report.published += self.done as u64 - self.quarantined;
-        report.quarantined += self.quarantined;
+    fn all(published: &[Publishable<'_>]) -> Self {
+        Self {
+            done: published.len(),
+            quarantined: Vec::new(),
+            stopped: None,
+        }
+    }
+
+    /// Counts the records done with and notes their decisions: quarantined, sent (an API
+    /// payment put on the queue) or published.
+    fn settle(&self, published: &[Publishable<'_>], report: &mut RelayReport) {
+        for (i, item) in published.iter().enumerate().take(self.done) {
+            let mut record = item.evidence.clone();
+            match self.quarantined.iter().find(|(q, _)| *q == i) {
+                Some((_, reason)) => {
+                    report.quarantined += 1;
+                    record.verdict = Verdict::Quarantined;
+                    record.code = Some(SQS_REFUSED.to_owned());
+                    record.reason = Some(reason.clone());
+                }
+                None => {
+                    report.published += 1;
+                    record.verdict = match item.enqueue {
+                        Some(_) => Verdict::Sent,
+                        None => Verdict::Published,
+                    };
+                }
+            }
+            report.decisions.push(record);
+        }
     }
 }
 
@@ -90,9 +134,21 @@ const UNPUBLISHABLE: &str = "unpublishable";
 const SQS_REFUSED: &str = "sqs_refused";
 
 /// The first record of a batch that was not published, by its sequence number: the batch's
-/// checkpoint (Lambda retries from it).
+/// checkpoint (Lambda retries from it), and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct FailedAt(String);
+struct FailedAt {
+    sequence: String,
+    reason: String,
+}
+
+impl FailedAt {
+    fn new(sequence: &str, reason: impl Into<String>) -> Self {
+        Self {
+            sequence: sequence.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
 
 /// What to do with one stream record.
 enum Plan<'a> {
@@ -102,6 +158,7 @@ enum Plan<'a> {
     /// Can never be published (undecodable image, over the size limit): quarantine, move on.
     Quarantine {
         reason: String,
+        evidence: Box<DecisionRecord>,
     },
 }
 
@@ -114,6 +171,9 @@ pub struct RelayReport {
     pub failed: u64,
     /// Sequence number of the first record that failed: the checkpoint.
     pub checkpoint: Option<String>,
+    /// One decision record per record that carries events, in stream order (none for the
+    /// skipped ones).
+    pub decisions: Vec<DecisionRecord>,
 }
 
 impl RelayReport {
@@ -171,8 +231,17 @@ impl OutboxRelay {
         self
     }
 
+    /// The Lambda entry point: relays, prints each decision record (stamped with the X-Ray
+    /// trace of the invocation) and the batch's EMF line.
     pub async fn handle(&self, event: Event) -> DynamoDbEventResponse {
-        let report = self.relay(&event.records).await;
+        let mut report = self.relay(&event.records).await;
+        let trace_id = std::env::var("_X_AMZN_TRACE_ID")
+            .ok()
+            .filter(|t| !t.is_empty());
+        for record in &mut report.decisions {
+            record.trace_id.clone_from(&trace_id);
+            servicing_telemetry::print_decision(record);
+        }
         servicing_telemetry::emit(CONSUMER, &report.metrics());
         report.response()
     }
@@ -198,21 +267,30 @@ impl OutboxRelay {
                     chunk_bytes += item.size;
                     chunk.push(*item);
                 }
-                Plan::Quarantine { reason } => {
+                Plan::Quarantine { reason, evidence } => {
                     // Publish what precedes it first, or a failed quarantine write would
                     // checkpoint past unpublished records.
                     if let Err(failed_at) = self.flush(&mut chunk, &mut report).await {
                         return self.fail_from(report, records, failed_at);
                     }
                     chunk_bytes = 0;
-                    if self.quarantine(record, UNPUBLISHABLE, &reason).await {
-                        report.quarantined += 1;
-                    } else {
-                        return self.fail_from(
-                            report,
-                            records,
-                            FailedAt(position_sequence(records, position)),
-                        );
+                    match self.quarantine(record, UNPUBLISHABLE, &reason).await {
+                        Ok(()) => {
+                            report.quarantined += 1;
+                            report.decisions.push(DecisionRecord {
+                                verdict: Verdict::Quarantined,
+                                code: Some(UNPUBLISHABLE.to_owned()),
+                                reason: Some(reason),
+                                ..*evidence
+                            });
+                        }
+                        Err(failure) => {
+                            return self.fail_from(
+                                report,
+                                records,
+                                FailedAt::new(&position_sequence(records, position), failure),
+                            );
+                        }
                     }
                 }
             }
@@ -234,23 +312,20 @@ impl OutboxRelay {
         let Some(sequence_number) = record.change.sequence_number.as_deref() else {
             return Plan::Quarantine {
                 reason: "stream record has no sequence number".into(),
+                evidence: Box::new(evidence(record, outbox_events(image).ok().as_deref())),
             };
         };
-        let events = match image.get(OUTBOX) {
-            Some(serde_dynamo::AttributeValue::S(json)) => OutboxEvent::decode(Some(json)),
-            _ => Err(servicing_store::StoreError::Corrupt(
-                "outbox is not a string".into(),
-            )),
-        };
-        let events = match events {
+        let events = match outbox_events(image) {
             Ok(events) if !events.is_empty() => events,
             Ok(_) => return Plan::Skip,
             Err(e) => {
                 return Plan::Quarantine {
                     reason: format!("undecodable outbox events: {e}"),
+                    evidence: Box::new(evidence(record, None)),
                 };
             }
         };
+        let evidence = Box::new(evidence(record, Some(&events)));
         let trace_header = match image.get(TRACE_HEADER) {
             Some(serde_dynamo::AttributeValue::S(header)) => Some(header.clone()),
             _ => None,
@@ -265,6 +340,7 @@ impl OutboxRelay {
                         "a {} event without an eventId: consumers could not deduplicate it",
                         event.detail_type
                     ),
+                    evidence,
                 };
             }
             let detail = event.detail.to_string();
@@ -276,6 +352,7 @@ impl OutboxRelay {
                         "outbox event {} is {entry_size} bytes, over EventBridge's {MAX_REQUEST_BYTES}-byte entry limit",
                         event.event_id()
                     ),
+                    evidence,
                 };
             }
             size += entry_size;
@@ -289,6 +366,7 @@ impl OutboxRelay {
                             "API payment {} has no accountId to group it by",
                             event.event_id()
                         ),
+                        evidence,
                     };
                 };
                 enqueue = Some(Enqueue {
@@ -313,6 +391,7 @@ impl OutboxRelay {
                 reason: format!(
                     "a record's events are {size} bytes, over EventBridge's {MAX_REQUEST_BYTES}-byte request limit"
                 ),
+                evidence,
             };
         }
         Plan::Publish(Box::new(Publishable {
@@ -321,6 +400,7 @@ impl OutboxRelay {
             entries,
             size,
             enqueue,
+            evidence: *evidence,
         }))
     }
 
@@ -347,8 +427,12 @@ impl OutboxRelay {
         let output = match result {
             Ok(output) => output,
             Err(e) => {
-                tracing::warn!(error = %aws_sdk_eventbridge::error::DisplayErrorContext(&e), "PutEvents failed");
-                return Err(FailedAt(sent[0].sequence_number.to_owned()));
+                let error = aws_sdk_eventbridge::error::DisplayErrorContext(&e).to_string();
+                tracing::warn!(error, "PutEvents failed");
+                return Err(FailedAt::new(
+                    sent[0].sequence_number,
+                    format!("PutEvents failed: {error}"),
+                ));
             }
         };
         let results = output.entries();
@@ -380,13 +464,17 @@ impl OutboxRelay {
             );
             // What published before the failure still goes to the queue; then checkpoint.
             let enqueued = self.enqueue(&sent[..i]).await;
-            enqueued.count(report);
-            return Err(FailedAt(sent[enqueued.done].sequence_number.to_owned()));
+            enqueued.settle(&sent, report);
+            let reason = enqueued.stopped.unwrap_or_else(|| {
+                format!("EventBridge did not accept event {entry} of the request: {code}")
+            });
+            return Err(FailedAt::new(sent[enqueued.done].sequence_number, reason));
         }
         let enqueued = self.enqueue(&sent).await;
-        enqueued.count(report);
+        enqueued.settle(&sent, report);
         if enqueued.done < sent.len() {
-            return Err(FailedAt(sent[enqueued.done].sequence_number.to_owned()));
+            let reason = enqueued.stopped.unwrap_or_default();
+            return Err(FailedAt::new(sent[enqueued.done].sequence_number, reason));
         }
         Ok(())
     }
@@ -395,10 +483,7 @@ impl OutboxRelay {
     /// records (from the start) are done with: all, or up to the first send that failed for a
     /// reason a retry may cure. An entry refused as the sender's fault before it is quarantined.
     async fn enqueue(&self, published: &[Publishable<'_>]) -> Enqueued {
-        let all = Enqueued {
-            done: published.len(),
-            quarantined: 0,
-        };
+        let all = Enqueued::all(published);
         let Some((sqs, queue_url)) = &self.servicing_queue else {
             return all;
         };
@@ -438,12 +523,14 @@ impl OutboxRelay {
                     .build()
             })
             .collect();
-        let first = Enqueued {
+        let first = |stopped: String| Enqueued {
             done: wanted[0].0,
-            quarantined: 0,
+            quarantined: Vec::new(),
+            stopped: Some(stopped),
         };
-        let Ok(entries) = entries else {
-            return first;
+        let entries = match entries {
+            Ok(entries) => entries,
+            Err(e) => return first(format!("cannot build the servicing queue send: {e}")),
         };
         match sqs
             .send_message_batch()
@@ -453,8 +540,9 @@ impl OutboxRelay {
             .await
         {
             Err(e) => {
-                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "SendMessageBatch failed");
-                first
+                let error = aws_sdk_sqs::error::DisplayErrorContext(&e).to_string();
+                tracing::warn!(error, "SendMessageBatch failed");
+                first(format!("SendMessageBatch failed: {error}"))
             }
             Ok(output) => {
                 let mut failed: Vec<(usize, &aws_sdk_sqs::types::BatchResultErrorEntry)> = output
@@ -474,11 +562,16 @@ impl OutboxRelay {
                 );
                 // A failure on SQS's side may pass on a retry: checkpoint at the first one. An
                 // entry refused as the sender's fault never will: quarantined, and passed.
-                let retry_from = failed
-                    .iter()
-                    .find(|(_, f)| !f.sender_fault())
-                    .map_or(published.len(), |(i, _)| *i);
-                let mut quarantined = 0;
+                let transient = failed.iter().find(|(_, f)| !f.sender_fault());
+                let retry_from = transient.map_or(published.len(), |(i, _)| *i);
+                let stopped = transient.map(|(_, f)| {
+                    format!(
+                        "the servicing queue did not take the API payment: {}: {}",
+                        f.code(),
+                        f.message().unwrap_or("no message")
+                    )
+                });
+                let mut quarantined = Vec::new();
                 for (i, refused) in failed.iter().filter(|(i, _)| *i < retry_from) {
                     let reason = format!(
                         "the servicing queue refused API payment {} as the sender's fault: {}: {}",
@@ -489,54 +582,143 @@ impl OutboxRelay {
                         refused.code(),
                         refused.message().unwrap_or("no message"),
                     );
-                    if !self
+                    if let Err(failure) = self
                         .quarantine(published[*i].record, SQS_REFUSED, &reason)
                         .await
                     {
                         return Enqueued {
                             done: *i,
                             quarantined,
+                            stopped: Some(failure),
                         };
                     }
-                    quarantined += 1;
+                    quarantined.push((*i, reason));
                 }
                 Enqueued {
                     done: retry_from,
                     quarantined,
+                    stopped,
                 }
             }
         }
     }
 
-    async fn quarantine(&self, record: &EventRecord, code: &str, reason: &str) -> bool {
+    /// Writes the quarantine item; on failure, why (the record is then retried).
+    async fn quarantine(
+        &self,
+        record: &EventRecord,
+        code: &str,
+        reason: &str,
+    ) -> Result<(), String> {
         let raw = serde_json::to_string(&record.change.new_image).unwrap_or_default();
         let entry = QuarantineEntry::new(&record.event_id, &raw, code, reason);
         match self.store.quarantine(&entry).await {
             Ok(()) => {
                 tracing::error!(reason, "outbox record quarantined");
-                true
+                Ok(())
             }
             Err(e) => {
                 tracing::warn!(error = %e, "quarantine write failed");
-                false
+                Err(format!("the {code} quarantine write failed: {e}"))
             }
         }
     }
 
-    /// Everything from the failed record on is unconfirmed; the checkpoint is that record.
+    /// Everything from the failed record on is unconfirmed; the checkpoint is that record. Each
+    /// of them that carries events is recorded `retried`: the checkpoint with why it failed, the
+    /// ones after it as delivered again from it.
     fn fail_from(
         &self,
         mut report: RelayReport,
         records: &[EventRecord],
-        FailedAt(sequence): FailedAt,
+        FailedAt { sequence, reason }: FailedAt,
     ) -> RelayReport {
         let position = records
             .iter()
             .position(|r| r.change.sequence_number.as_deref() == Some(&sequence))
             .unwrap_or(0);
+        for (offset, record) in records[position..].iter().enumerate() {
+            let evidence = match self.plan(record) {
+                Plan::Skip => continue,
+                Plan::Publish(item) => item.evidence,
+                Plan::Quarantine { evidence, .. } => *evidence,
+            };
+            let why = match offset {
+                0 => reason.clone(),
+                _ => format!("after the checkpoint {sequence}: delivered again from it"),
+            };
+            report.decisions.push(DecisionRecord {
+                verdict: Verdict::Retried,
+                decided_by: DecidedBy::Transient,
+                reason: Some(why),
+                ..evidence
+            });
+        }
         report.failed = (records.len() - position) as u64;
         report.checkpoint = Some(sequence);
         report
+    }
+}
+
+/// A record's `outbox` events.
+fn outbox_events(
+    image: &HashMap<String, serde_dynamo::AttributeValue>,
+) -> Result<Vec<OutboxEvent>, StoreError> {
+    match image.get(OUTBOX) {
+        Some(serde_dynamo::AttributeValue::S(json)) => OutboxEvent::decode(Some(json)),
+        _ => Err(StoreError::Corrupt("outbox is not a string".into())),
+    }
+}
+
+/// A stream record's decision record before its verdict (`published`, by `stream-record`):
+/// the stream record's `eventID`, the ids of its events (when they decode), its account and
+/// the fact it relays: the `sourceSystem` and `sourceEventId` of a fact's record, those of the
+/// API payment's detail for an idempotency record (which names no fact of its own). Nothing it
+/// does not carry.
+fn evidence(record: &EventRecord, events: Option<&[OutboxEvent]>) -> DecisionRecord {
+    let image = &record.change.new_image;
+    let text = |name: &str| match image.get(name) {
+        Some(serde_dynamo::AttributeValue::S(value)) if !value.is_empty() => Some(value.clone()),
+        _ => None,
+    };
+    let api_payment = events
+        .into_iter()
+        .flatten()
+        .find(|e| (e.source.as_str(), e.detail_type.as_str()) == API_PAYMENTS);
+    let of_payment = |name: &str| {
+        api_payment
+            .and_then(|e| e.detail[name].as_str())
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let idempotency_record = text(ITEM_TYPE).as_deref() == Some(IDEMPOTENCY);
+    let (source_system, source_event_id) = match (text(SOURCE_SYSTEM), text(SOURCE_EVENT_ID)) {
+        (Some(system), Some(id)) => (Some(system), Some(id)),
+        _ if idempotency_record => match (of_payment(SOURCE_SYSTEM), of_payment(SOURCE_EVENT_ID)) {
+            (Some(system), Some(id)) => (Some(system), Some(id)),
+            _ => (None, None),
+        },
+        _ => (None, None),
+    };
+    let account_id =
+        text(ACCOUNT_ID).or_else(|| idempotency_record.then(|| of_payment(ACCOUNT_ID)).flatten());
+    let event_ids: Vec<String> = events
+        .into_iter()
+        .flatten()
+        .map(|e| e.event_id().to_owned())
+        .filter(|id| !id.is_empty())
+        .collect();
+    DecisionRecord {
+        source_system,
+        source_event_id,
+        account_id,
+        event_ids: (!event_ids.is_empty()).then_some(event_ids),
+        ..DecisionRecord::new(
+            CONSUMER,
+            &record.event_id,
+            Verdict::Published,
+            DecidedBy::StreamRecord,
+        )
     }
 }
 
@@ -546,4 +728,172 @@ fn position_sequence(records: &[EventRecord], position: usize) -> String {
         .sequence_number
         .clone()
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A stream INSERT of `image` (DynamoDB JSON), as Lambda delivers it.
+    fn stream_record(seq: &str, image: Value) -> EventRecord {
+        serde_json::from_value(json!({
+            "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb",
+            "awsRegion": "us-east-1",
+            "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE",
+                "ApproximateCreationDateTime": 0, "Keys": {"pk": {"S": "pk"}, "sk": {"S": "sk"}},
+                "NewImage": image}
+        }))
+        .expect("stream record")
+    }
+
+    fn outbox(events: Value) -> Value {
+        json!({"S": events.to_string()})
+    }
+
+    /// A fact's record (claim) whose write moved the bucket: its event and a change.
+    fn fact_record(seq: &str) -> EventRecord {
+        stream_record(
+            seq,
+            json!({"pk": {"S": "CLAIM#account-state#psp#p-1"}, "sk": {"S": "CLAIM"},
+            "itemType": {"S": "CLAIM"}, "sourceSystem": {"S": "psp"},
+            "sourceEventId": {"S": "p-1"}, "accountId": {"S": "acc_1"},
+            "outbox": outbox(json!([
+                {"source": "servicing.account-state", "detailType": "PaymentApplied",
+                    "detail": {"eventId": "evt_1"}},
+                {"source": "servicing.account-state", "detailType": "DelinquencyChanged",
+                    "detail": {"eventId": "evt_1-dq"}},
+            ]))}),
+        )
+    }
+
+    /// An API idempotency record: no fact attributes, its payment's detail names the fact.
+    fn api_record(seq: &str) -> EventRecord {
+        stream_record(
+            seq,
+            json!({"pk": {"S": "IDEMPOTENCY#scope#k"}, "sk": {"S": "IDEMPOTENCY"},
+                "itemType": {"S": "IDEMPOTENCY"},
+                "outbox": outbox(json!([{"source": "servicing.payments-api",
+                    "detailType": "PaymentSettled", "detail": {"eventId": "op_1",
+                    "sourceSystem": "api:client-1", "sourceEventId": "order-1",
+                    "accountId": "acc_2", "amountMinor": 100, "currency": "EUR"}}]))}),
+        )
+    }
+
+    fn events_of(record: &EventRecord) -> Vec<OutboxEvent> {
+        outbox_events(&record.change.new_image).expect("events")
+    }
+
+    #[test]
+    fn when_a_facts_record_is_relayed_should_name_the_record_its_events_account_and_fact() {
+        let record = fact_record("7");
+        let named = evidence(&record, Some(&events_of(&record)));
+        assert_eq!(
+            named.to_json(),
+            json!({"recordVersion": 1, "kind": "decision", "consumer": "outbox-relay",
+                "messageId": "rec-7", "sourceSystem": "psp", "sourceEventId": "p-1",
+                "accountId": "acc_1", "eventIds": ["evt_1", "evt_1-dq"],
+                "verdict": "published", "decidedBy": "stream-record"})
+        );
+    }
+
+    #[test]
+    fn when_an_api_record_is_relayed_should_name_the_payment_from_its_detail() {
+        let record = api_record("8");
+        let named = evidence(&record, Some(&events_of(&record)));
+        assert_eq!(
+            (
+                named.source_system.as_deref(),
+                named.source_event_id.as_deref(),
+                named.account_id.as_deref(),
+                named.event_ids.clone(),
+            ),
+            (
+                Some("api:client-1"),
+                Some("order-1"),
+                Some("acc_2"),
+                Some(vec!["op_1".to_owned()])
+            )
+        );
+        // A fact's record without its fact attributes: nothing is taken from the detail.
+        let mut claim = api_record("9");
+        claim.change.new_image.insert(
+            "itemType".into(),
+            serde_dynamo::AttributeValue::S("CLAIM".into()),
+        );
+        let unnamed = evidence(&claim, Some(&events_of(&claim)));
+        assert_eq!((unnamed.source_system, unnamed.account_id), (None, None));
+    }
+
+    #[test]
+    fn when_the_outbox_does_not_decode_should_name_no_events() {
+        let mut record = fact_record("3");
+        record.change.new_image.insert(
+            "outbox".into(),
+            serde_dynamo::AttributeValue::S("[{\"detail\": 1}]".into()),
+        );
+        assert!(outbox_events(&record.change.new_image).is_err());
+        let named = evidence(&record, None);
+        assert_eq!(named.event_ids, None);
+        assert_eq!(named.source_event_id.as_deref(), Some("p-1"));
+    }
+
+    fn publishable(record: &EventRecord, enqueue: bool) -> Publishable<'_> {
+        Publishable {
+            record,
+            sequence_number: record.change.sequence_number.as_deref().unwrap_or_default(),
+            entries: Vec::new(),
+            size: 0,
+            enqueue: enqueue.then(|| Enqueue {
+                body: "{}".into(),
+                group: "acc_2".into(),
+                deduplication: "op_1".into(),
+                trace_header: None,
+            }),
+            evidence: evidence(record, Some(&events_of(record))),
+        }
+    }
+
+    #[test]
+    fn when_a_chunk_is_settled_should_record_published_sent_and_quarantined_and_count_them() {
+        let (fact, api, refused, later) = (
+            fact_record("1"),
+            api_record("2"),
+            api_record("3"),
+            api_record("4"),
+        );
+        let chunk = [
+            publishable(&fact, false),
+            publishable(&api, true),
+            publishable(&refused, true),
+            publishable(&later, true),
+        ];
+        let enqueued = Enqueued {
+            done: 3,
+            quarantined: vec![(2, "refused as the sender's fault".into())],
+            stopped: Some("InternalError".into()),
+        };
+        let mut report = RelayReport::default();
+        enqueued.settle(&chunk, &mut report);
+        assert_eq!((report.published, report.quarantined), (2, 1));
+        let verdicts: Vec<(&str, Verdict, Option<&str>)> = report
+            .decisions
+            .iter()
+            .map(|d| (d.message_id.as_str(), d.verdict, d.code.as_deref()))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("rec-1", Verdict::Published, None),
+                ("rec-2", Verdict::Sent, None),
+                ("rec-3", Verdict::Quarantined, Some(SQS_REFUSED)),
+            ],
+            "the record not done with is left to the checkpoint"
+        );
+        assert_eq!(
+            report.decisions[2].reason.as_deref(),
+            Some("refused as the sender's fault")
+        );
+    }
 }

@@ -8,6 +8,10 @@
 //! - `GET /v1/loans/{accountId}` and `GET /v1/loans/{accountId}/allocations`.
 //!
 //! Errors are `application/problem+json` (RFC 9457) naming the field and the rule.
+//!
+//! Every POST command leaves one decision record (consumer `payments-api`, `messageId` = the
+//! API Gateway request id): accepted, replayed, key-reused, key-expired, in-flight or refused,
+//! with what was known of the caller, the key and the request — never the body.
 
 pub mod command;
 mod config;
@@ -22,6 +26,7 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::json;
 use servicing_domain::{AccountId, EventKind, Money, ServicingEvent, SourceRef};
 use servicing_store::{CommandOutcome, OutboxEvent, ServicingStore, StoreError, StoredResponse};
+use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
 use sha2::{Digest, Sha256};
 
 pub use command::{FieldError, IdempotencyKey, PaymentCommand, Principal};
@@ -32,6 +37,72 @@ pub use servicing_settings::{ConfigError, FromSettings};
 /// The EventBridge `source` of API-originated payments (a rule routes them to the servicing queue).
 pub const EVENT_SOURCE: &str = "servicing.payments-api";
 pub const DETAIL_TYPE: &str = "PaymentSettled";
+
+/// A POST command answered with a problem: the problem, the verdict it states and how it was
+/// decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub problem: Problem,
+    pub verdict: Verdict,
+    pub decided_by: DecidedBy,
+}
+
+impl Refusal {
+    pub fn new(problem: Problem, verdict: Verdict, decided_by: DecidedBy) -> Self {
+        Self {
+            problem,
+            verdict,
+            decided_by,
+        }
+    }
+
+    /// Refused for the request itself, before any record.
+    fn invalid(problem: Problem) -> Self {
+        Self::new(problem, Verdict::Refused, DecidedBy::Validation)
+    }
+
+    /// Refused by the transaction's conditions on the account (unknown, other currency).
+    fn by_account(problem: Problem) -> Self {
+        Self::new(problem, Verdict::Refused, DecidedBy::BusinessRule)
+    }
+
+    /// Decided by the caller-scoped idempotency record.
+    fn by_record(problem: Problem, verdict: Verdict) -> Self {
+        Self::new(problem, verdict, DecidedBy::IdempotencyRecord)
+    }
+
+    /// The store failed the request: unavailable (503) or otherwise (500).
+    fn store(error: StoreError) -> Self {
+        let decided_by = match error.is_transient() {
+            true => DecidedBy::Transient,
+            false => DecidedBy::StoreRejected,
+        };
+        Self::new(store_problem(error), Verdict::Refused, decided_by)
+    }
+}
+
+/// The decision record of a POST command: `known` names what was known of it (caller, key,
+/// request), `outcome` what it came to (`accepted` or `replayed`, else the refusal: its problem
+/// type as `code`, its detail as `reason`).
+pub fn command_decision(
+    known: DecisionRecord,
+    outcome: &Result<Verdict, Refusal>,
+) -> DecisionRecord {
+    match outcome {
+        Ok(verdict) => DecisionRecord {
+            verdict: *verdict,
+            decided_by: DecidedBy::IdempotencyRecord,
+            ..known
+        },
+        Err(refusal) => DecisionRecord {
+            verdict: refusal.verdict,
+            decided_by: refusal.decided_by,
+            code: Some(refusal.problem.kind.to_owned()),
+            reason: Some(refusal.problem.detail.clone()),
+            ..known
+        },
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct PaymentsApi {
@@ -72,7 +143,11 @@ impl PaymentsApi {
             .and_then(|p| p.first("accountId"))
             .map(str::to_owned);
         let response = match (route_key.as_deref(), account.as_deref()) {
-            (Some("POST /v1/payments"), _) => self.post_payment(&request).await,
+            (Some("POST /v1/payments"), _) => {
+                let (response, decision) = self.post(&request).await;
+                servicing_telemetry::print_decision(&decision);
+                return response;
+            }
             (Some("GET /v1/loans/{accountId}"), Some(account)) => self.get_loan(account).await,
             (Some("GET /v1/loans/{accountId}/allocations"), Some(account)) => {
                 self.get_allocations(account).await
@@ -87,15 +162,62 @@ impl PaymentsApi {
         response.unwrap_or_else(Problem::into_response)
     }
 
-    async fn post_payment(&self, request: &Request) -> Result<Response<Body>, Problem> {
+    /// `POST /v1/payments`: the answer, and the command's decision record (which
+    /// [`Self::handle`] prints), stamped with the API Gateway request id (`messageId`), the
+    /// Lambda request id and the X-Ray trace when the invocation has them.
+    pub async fn post(&self, request: &Request) -> (Response<Body>, DecisionRecord) {
+        let gateway_request = match request.request_context_ref() {
+            Some(RequestContext::ApiGatewayV2(context)) => context.request_id.clone(),
+            _ => None,
+        };
+        let lambda = request.lambda_context_ref();
+        let trace_id = lambda
+            .and_then(|c| c.xray_trace_id.clone())
+            .or_else(|| std::env::var("_X_AMZN_TRACE_ID").ok())
+            .filter(|t| !t.is_empty());
+        let mut known = DecisionRecord {
+            request_id: lambda
+                .map(|c| c.request_id.clone())
+                .filter(|r| !r.is_empty()),
+            trace_id,
+            ..DecisionRecord::new(
+                CONSUMER,
+                gateway_request.as_deref().unwrap_or_default(),
+                Verdict::Refused,
+                DecidedBy::Validation,
+            )
+        };
+        let outcome = self.post_payment(request, &mut known).await;
+        let decision = command_decision(
+            known,
+            &outcome
+                .as_ref()
+                .map(|(_, verdict)| *verdict)
+                .map_err(Clone::clone),
+        );
+        let response = match outcome {
+            Ok((response, _)) => response,
+            Err(refusal) => refusal.problem.into_response(),
+        };
+        (response, decision)
+    }
+
+    /// The command's answer and verdict; notes in `known` what it learns of the caller, the key
+    /// and the request.
+    async fn post_payment(
+        &self,
+        request: &Request,
+        known: &mut DecisionRecord,
+    ) -> Result<(Response<Body>, Verdict), Refusal> {
         let principal = principal(request).ok_or_else(|| {
-            Problem::new(
+            Refusal::invalid(Problem::new(
                 401,
                 "unauthenticated",
                 "No authenticated principal",
                 "the request carries no IAM or JWT identity",
-            )
+            ))
         })?;
+        known.source_system = Some(principal.source_system());
         let key = IdempotencyKey::parse(
             request
                 .headers()
@@ -103,18 +225,25 @@ impl PaymentsApi {
                 .map(|v| v.as_bytes()),
         )
         .map_err(|why| {
-            Problem::new(
+            Refusal::invalid(Problem::new(
                 400,
                 "invalid-idempotency-key",
                 "Invalid Idempotency-Key",
                 &why,
-            )
+            ))
         })?;
-        let command = PaymentCommand::parse(request.body().as_ref()).map_err(|e| match e {
-            Err(why) => Problem::new(400, "malformed-body", "Malformed request body", &why),
-            Ok(errors) => Problem::validation(errors),
+        known.source_event_id = Some(key.source_event_id());
+        let command = PaymentCommand::parse(request.body().as_ref()).map_err(|e| {
+            Refusal::invalid(match e {
+                Err(why) => Problem::new(400, "malformed-body", "Malformed request body", &why),
+                Ok(errors) => Problem::validation(errors),
+            })
         })?;
         let fingerprint = command.fingerprint();
+        known.account_id = Some(command.account_id.as_str().to_owned());
+        known.amount_minor = Some(command.amount.minor());
+        known.currency = Some(command.currency.as_str().to_owned());
+        known.fingerprint = Some(fingerprint.as_str().to_owned());
 
         let source = SourceRef {
             system: principal.source_system(),
@@ -125,7 +254,7 @@ impl PaymentsApi {
         let event_time = command.event_time.unwrap_or_else(|| {
             chrono::DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now)
         });
-        check_event_time(event_time, now, self.max_event_time_skew)?;
+        check_event_time(event_time, now, self.max_event_time_skew).map_err(Refusal::invalid)?;
         let operation_id = format!(
             "op_{}",
             &command::hex(&Sha256::digest(
@@ -189,52 +318,65 @@ impl PaymentsApi {
                     &outbox,
                 )
                 .await
-                .map_err(store_problem)?;
+                .map_err(Refusal::store)?;
             match outcome {
                 CommandOutcome::Accepted => {
                     tracing::info!(operation_id, "payment accepted");
-                    return Ok(json_response(stored.status, &stored.body, false));
+                    let response = json_response(stored.status, &stored.body, false);
+                    return Ok((response, Verdict::Accepted));
                 }
                 CommandOutcome::Existing(previous)
                     if previous.request_fingerprint == fingerprint =>
                 {
-                    return Ok(json_response(previous.status, &previous.body, true));
+                    let response = json_response(previous.status, &previous.body, true);
+                    return Ok((response, Verdict::Replayed));
                 }
                 CommandOutcome::Existing(_) => {
-                    return Err(Problem::new(
-                        422,
-                        "idempotency-key-reused",
-                        "Idempotency-Key reused with a different request",
-                        "this key was first used with another body; use a new key for a new payment",
+                    return Err(Refusal::by_record(
+                        Problem::new(
+                            422,
+                            "idempotency-key-reused",
+                            "Idempotency-Key reused with a different request",
+                            "this key was first used with another body; use a new key for a new payment",
+                        ),
+                        Verdict::KeyReused,
                     ));
                 }
                 CommandOutcome::Expired => {
-                    return Err(Problem::new(
-                        422,
-                        "idempotency-key-expired",
-                        "Idempotency-Key used before, beyond its retention",
-                        "this key was used longer ago than the retention and can no longer be replayed or reused; use a new key for a new payment",
+                    return Err(Refusal::by_record(
+                        Problem::new(
+                            422,
+                            "idempotency-key-expired",
+                            "Idempotency-Key used before, beyond its retention",
+                            "this key was used longer ago than the retention and can no longer be replayed or reused; use a new key for a new payment",
+                        ),
+                        Verdict::KeyExpired,
                     ));
                 }
-                CommandOutcome::AccountMissing => return Err(unknown_account(&command.account_id)),
+                CommandOutcome::AccountMissing => {
+                    return Err(Refusal::by_account(unknown_account(&command.account_id)));
+                }
                 // The account's currency decides acceptance: a payment the consumer would
                 // quarantine is refused here, with nothing stored.
                 CommandOutcome::CurrencyMismatch { account_currency } => {
-                    return Err(Problem::validation(vec![FieldError {
+                    return Err(Refusal::by_account(Problem::validation(vec![FieldError {
                         field: "currency",
                         rule: format!("must be the account's currency {account_currency}"),
-                    }]));
+                    }])));
                 }
                 CommandOutcome::InFlight => continue,
             }
         }
-        Err(Problem::new(
-            409,
-            "request-in-flight",
-            "A request with this key is in progress",
-            "retry shortly",
-        )
-        .with_retry_after(1))
+        Err(Refusal::by_record(
+            Problem::new(
+                409,
+                "request-in-flight",
+                "A request with this key is in progress",
+                "retry shortly",
+            )
+            .with_retry_after(1),
+            Verdict::InFlight,
+        ))
     }
 
     async fn get_loan(&self, account: &str) -> Result<Response<Body>, Problem> {
@@ -397,7 +539,149 @@ fn json_response(status: u16, body: &str, replayed: bool) -> Response<Body> {
 mod tests {
     use std::time::Duration;
 
-    use super::{check_event_time, iam_caller, principal};
+    use serde_json::json;
+    use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
+
+    use super::{
+        CONSUMER, IdempotencyKey, PaymentCommand, Principal, Problem, Refusal, check_event_time,
+        command_decision, iam_caller, principal,
+    };
+
+    /// What `post_payment` knows of a valid command by the time the store answers.
+    fn known() -> DecisionRecord {
+        let principal = Principal::new("client-42").expect("principal");
+        let key = IdempotencyKey::parse(Some(b"order-1")).expect("key");
+        let body = json!({"accountId": "acc_1", "amountMinor": 2500, "currency": "EUR",
+            "reference": "inv-1"});
+        let command = PaymentCommand::parse(body.to_string().as_bytes()).expect("command");
+        DecisionRecord {
+            source_system: Some(principal.source_system()),
+            source_event_id: Some(key.source_event_id()),
+            account_id: Some(command.account_id.as_str().to_owned()),
+            amount_minor: Some(command.amount.minor()),
+            currency: Some(command.currency.as_str().to_owned()),
+            fingerprint: Some(command.fingerprint().as_str().to_owned()),
+            ..DecisionRecord::new(CONSUMER, "req-7", Verdict::Refused, DecidedBy::Validation)
+        }
+    }
+
+    #[test]
+    fn when_a_command_is_accepted_or_replayed_should_record_the_caller_key_and_request() {
+        let accepted = command_decision(known(), &Ok(Verdict::Accepted));
+        let fingerprint = known().fingerprint;
+        assert_eq!(
+            accepted.to_json(),
+            json!({"recordVersion": 1, "kind": "decision", "consumer": "payments-api",
+                "messageId": "req-7", "sourceSystem": "api:client-42", "sourceEventId": "order-1",
+                "accountId": "acc_1", "amountMinor": 2500, "currency": "EUR",
+                "fingerprint": fingerprint, "verdict": "accepted",
+                "decidedBy": "idempotency-record"}),
+            "never the body: no reference, no payload"
+        );
+        let replayed = command_decision(known(), &Ok(Verdict::Replayed));
+        assert_eq!(
+            (replayed.verdict.as_str(), replayed.code),
+            ("replayed", None)
+        );
+    }
+
+    #[test]
+    fn when_a_command_is_refused_should_record_the_problem_type_and_how_it_was_decided() {
+        let reused = Refusal::by_record(
+            Problem::new(
+                422,
+                "idempotency-key-reused",
+                "t",
+                "this key was first used",
+            ),
+            Verdict::KeyReused,
+        );
+        let record = command_decision(known(), &Err(reused));
+        assert_eq!(
+            record.to_json()["verdict"],
+            "key-reused",
+            "kebab-case on the wire"
+        );
+        assert_eq!(
+            (
+                record.decided_by.as_str(),
+                record.code.as_deref(),
+                record.reason.as_deref()
+            ),
+            (
+                "idempotency-record",
+                Some("idempotency-key-reused"),
+                Some("this key was first used")
+            )
+        );
+        for (refusal, verdict, by, code) in [
+            (
+                Refusal::by_record(
+                    Problem::new(422, "idempotency-key-expired", "t", "d"),
+                    Verdict::KeyExpired,
+                ),
+                "key-expired",
+                "idempotency-record",
+                "idempotency-key-expired",
+            ),
+            (
+                Refusal::by_record(
+                    Problem::new(409, "request-in-flight", "t", "d"),
+                    Verdict::InFlight,
+                ),
+                "in-flight",
+                "idempotency-record",
+                "request-in-flight",
+            ),
+            (
+                Refusal::by_account(Problem::new(404, "unknown-account", "t", "d")),
+                "refused",
+                "business-rule",
+                "unknown-account",
+            ),
+            (
+                Refusal::store(servicing_store::StoreError::Transient("throttled".into())),
+                "refused",
+                "transient",
+                "temporarily-unavailable",
+            ),
+            (
+                Refusal::store(servicing_store::StoreError::Rejected("too big".into())),
+                "refused",
+                "store-rejected",
+                "internal",
+            ),
+        ] {
+            let record = command_decision(known(), &Err(refusal));
+            assert_eq!(
+                (
+                    record.verdict.as_str(),
+                    record.decided_by.as_str(),
+                    record.code.as_deref()
+                ),
+                (verdict, by, Some(code))
+            );
+        }
+
+        // Refused before the body was read: only what was known by then.
+        let unauthenticated =
+            DecisionRecord::new(CONSUMER, "req-8", Verdict::Refused, DecidedBy::Validation);
+        let record = command_decision(
+            unauthenticated,
+            &Err(Refusal::invalid(Problem::new(
+                401,
+                "unauthenticated",
+                "t",
+                "no identity",
+            ))),
+        );
+        assert_eq!(
+            record.to_json(),
+            json!({"recordVersion": 1, "kind": "decision", "consumer": "payments-api",
+                "messageId": "req-8", "verdict": "refused", "decidedBy": "validation",
+                "code": "unauthenticated", "reason": "no identity"})
+        );
+    }
 
     #[test]
     fn when_event_time_is_beyond_the_configured_skew_should_refuse_it_stating_the_bound() {

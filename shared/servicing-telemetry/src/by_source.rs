@@ -10,7 +10,9 @@ use crate::decision::{DecisionRecord, Verdict};
 use crate::{NAMESPACE, configured_level, now_millis};
 
 impl Verdict {
-    /// In the order the per-source EMF documents list their metrics.
+    /// account-state's verdicts, in the order the per-source EMF documents list their metrics
+    /// (the relay's and the API's verdicts are not counted by these documents; every verdict:
+    /// [`Verdict::WIRE`]).
     pub const ALL: [Verdict; 8] = [
         Verdict::Applied,
         Verdict::Duplicate,
@@ -33,6 +35,14 @@ impl Verdict {
             Verdict::Released => "Released",
             Verdict::Quarantined => "Quarantined",
             Verdict::Retried => "Retried",
+            Verdict::Published => "Published",
+            Verdict::Sent => "Sent",
+            Verdict::Accepted => "Accepted",
+            Verdict::Replayed => "Replayed",
+            Verdict::KeyReused => "KeyReused",
+            Verdict::KeyExpired => "KeyExpired",
+            Verdict::InFlight => "InFlight",
+            Verdict::Refused => "Refused",
         }
     }
 }

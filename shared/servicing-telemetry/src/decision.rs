@@ -44,8 +44,12 @@ pub enum RecordKind {
 }
 
 /// What became of one delivery (or of one parked fact judged again: [`Verdict::Released`]).
+///
+/// account-state and collections use `applied` to `retried` (collections: no `parked` nor
+/// `released`); the outbox relay `published`, `sent`, `quarantined` and `retried`; the payments
+/// API `accepted` to `refused`. Wire values are kebab-case (the one-word ones are unchanged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     Applied,
     Duplicate,
@@ -55,11 +59,48 @@ pub enum Verdict {
     /// A parked fact judged again in this batch; what became of it is the record's `outcome`.
     Released,
     Quarantined,
-    /// A batch item failure: SQS delivers the message again.
+    /// A batch item failure: SQS (or the stream, from the relay's checkpoint) delivers it again.
     Retried,
+    /// Relay: every event of the stream record was accepted by EventBridge.
+    Published,
+    /// Relay: published, and the API payment it carries was put on the servicing queue.
+    Sent,
+    /// API: the command's idempotency record and event were stored now (202).
+    Accepted,
+    /// API: the same key with the same request: the stored answer, replayed.
+    Replayed,
+    /// API: the same key with another request (422).
+    KeyReused,
+    /// API: the key was used longer ago than its retention (422).
+    KeyExpired,
+    /// API: a request with this key is still being committed (409).
+    InFlight,
+    /// API: refused before any idempotency record (validation, unknown account, other currency,
+    /// no principal, the store failing).
+    Refused,
 }
 
 impl Verdict {
+    /// Every verdict, in the order of the schema's `verdict` enum.
+    pub const WIRE: [Verdict; 16] = [
+        Verdict::Applied,
+        Verdict::Duplicate,
+        Verdict::Collision,
+        Verdict::Stale,
+        Verdict::Parked,
+        Verdict::Released,
+        Verdict::Quarantined,
+        Verdict::Retried,
+        Verdict::Published,
+        Verdict::Sent,
+        Verdict::Accepted,
+        Verdict::Replayed,
+        Verdict::KeyReused,
+        Verdict::KeyExpired,
+        Verdict::InFlight,
+        Verdict::Refused,
+    ];
+
     /// The wire value (`verdict`, `outcome`), as serde writes it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -71,6 +112,14 @@ impl Verdict {
             Verdict::Released => "released",
             Verdict::Quarantined => "quarantined",
             Verdict::Retried => "retried",
+            Verdict::Published => "published",
+            Verdict::Sent => "sent",
+            Verdict::Accepted => "accepted",
+            Verdict::Replayed => "replayed",
+            Verdict::KeyReused => "key-reused",
+            Verdict::KeyExpired => "key-expired",
+            Verdict::InFlight => "in-flight",
+            Verdict::Refused => "refused",
         }
     }
 }
@@ -97,6 +146,13 @@ pub enum DecidedBy {
     Transient,
     /// Processing the account panicked (a bug): its messages are retried.
     Panic,
+    /// Relay: what the stream record carries, and what EventBridge (and the servicing queue)
+    /// answered for it.
+    StreamRecord,
+    /// API: the caller-scoped idempotency record (stored now, found, expired or in flight).
+    IdempotencyRecord,
+    /// API: the request itself (principal, key, body, time bound), before any record.
+    Validation,
 }
 
 impl DecidedBy {
@@ -112,6 +168,9 @@ impl DecidedBy {
             DecidedBy::StoreRejected => "store-rejected",
             DecidedBy::Transient => "transient",
             DecidedBy::Panic => "panic",
+            DecidedBy::StreamRecord => "stream-record",
+            DecidedBy::IdempotencyRecord => "idempotency-record",
+            DecidedBy::Validation => "validation",
         }
     }
 }
@@ -125,7 +184,8 @@ pub struct DecisionRecord {
     pub record_version: RecordVersion,
     pub kind: RecordKind,
     pub consumer: String,
-    /// The SQS message; for a released record, the message that brought the parked fact.
+    /// The SQS message; for a released record, the message that brought the parked fact; the
+    /// stream record's `eventID` (relay); the API Gateway request id (API).
     pub message_id: String,
     /// SQS `ApproximateReceiveCount`: absent when SQS did not say, and on a released record
     /// (its message was received in an earlier batch).
@@ -160,6 +220,9 @@ pub struct DecisionRecord {
     /// Evidence only, see [`content_key`]: never used to suppress or merge anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_key: Option<String>,
+    /// The `eventId`s of the events a stream record carried (relay only), in its order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_ids: Option<Vec<String>>,
     pub verdict: Verdict,
     /// On a [`Verdict::Released`] record only: what became of the parked fact judged again.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -193,6 +256,7 @@ impl DecisionRecord {
             currency: None,
             fingerprint: None,
             content_key: None,
+            event_ids: None,
             verdict,
             outcome: None,
             decided_by,
@@ -326,11 +390,20 @@ pub(crate) mod tests {
         };
         let mut documented = keys(&schema["properties"]).unwrap_or_default();
         documented.remove("level");
-        assert_eq!(keys(&full().to_json()), Some(documented));
+        // Every field: a record with all of account-state's, and a relay record's event ids.
+        let every = DecisionRecord {
+            event_ids: Some(vec!["evt_1".into()]),
+            ..full()
+        };
+        assert_eq!(keys(&every.to_json()), Some(documented));
 
         let wire = |field: &str| schema["properties"][field]["enum"].as_array().cloned();
         let verdicts = wire("verdict").unwrap_or_default();
-        assert_eq!(verdicts.len(), Verdict::ALL.len());
+        assert_eq!(
+            verdicts,
+            Verdict::WIRE.map(|v| json!(v.as_str())),
+            "the schema lists every verdict, in order"
+        );
         for value in verdicts {
             let verdict: Verdict = serde_json::from_value(value.clone()).expect("a verdict");
             assert_eq!(
@@ -338,11 +411,51 @@ pub(crate) mod tests {
                 (value.clone(), value)
             );
         }
-        for value in wire("decidedBy").unwrap_or_default() {
+        // account-state's values, as they were written before the other consumers had records.
+        assert_eq!(
+            Verdict::WIRE[..8]
+                .iter()
+                .map(|v| json!(v))
+                .collect::<Vec<_>>(),
+            [
+                "applied",
+                "duplicate",
+                "collision",
+                "stale",
+                "parked",
+                "released",
+                "quarantined",
+                "retried"
+            ]
+            .map(|v| json!(v))
+        );
+        let by_values = wire("decidedBy").unwrap_or_default();
+        assert_eq!(
+            by_values,
+            ALL_DECIDED_BY.map(|by| json!(by.as_str())),
+            "the schema lists every decidedBy, in order"
+        );
+        for value in by_values {
             let by: DecidedBy = serde_json::from_value(value.clone()).expect("a decidedBy");
             assert_eq!((json!(by), json!(by.as_str())), (value.clone(), value));
         }
     }
+
+    /// Every [`DecidedBy`], in the schema's order.
+    const ALL_DECIDED_BY: [DecidedBy; 12] = [
+        DecidedBy::Claim,
+        DecidedBy::RecentFacts,
+        DecidedBy::ParkedList,
+        DecidedBy::RefusedClaim,
+        DecidedBy::BusinessRule,
+        DecidedBy::Decode,
+        DecidedBy::StoreRejected,
+        DecidedBy::Transient,
+        DecidedBy::Panic,
+        DecidedBy::StreamRecord,
+        DecidedBy::IdempotencyRecord,
+        DecidedBy::Validation,
+    ];
 
     #[test]
     fn when_a_record_is_serialized_should_be_camel_case_versioned_and_omit_the_unknown() {
