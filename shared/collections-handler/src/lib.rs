@@ -22,9 +22,11 @@
 //!
 //! Every delivered `DelinquencyChanged` (and every body that does not decode) leaves one
 //! decision record (consumer `collections`): applied, duplicate, collision, stale, quarantined
-//! or retried, and how that was decided. A delivery of another event type leaves none.
+//! or retried, and how that was decided (`decisions`). A delivery of another event type
+//! leaves none.
 
 mod config;
+mod decisions;
 mod notifier;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -37,6 +39,8 @@ use servicing_store::{
     UnitOfWork,
 };
 use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
+
+use decisions::Decided;
 
 pub use config::{CALL_TIMEOUT, Config};
 pub use notifier::{Delivery, Notifier};
@@ -156,17 +160,6 @@ impl DelinquencyChanged {
         }))
     }
 
-    /// What a decision record knows of the change: its `eventId` (as `sourceEventId`), account
-    /// and fingerprint (of its detail: what tells a duplicate from a collision).
-    fn evidence(&self, record: DecisionRecord) -> DecisionRecord {
-        DecisionRecord {
-            source_event_id: Some(self.event_id.clone()),
-            account_id: Some(self.account_id.as_str().to_owned()),
-            fingerprint: Some(Fingerprint::of_value(&self.detail).as_str().to_owned()),
-            ..record
-        }
-    }
-
     fn order(&self) -> ChangeOrder<'_> {
         ChangeOrder {
             occurred_at: self.occurred_at,
@@ -237,55 +230,6 @@ pub struct CollectionsReport {
     pub decisions: Vec<DecisionRecord>,
 }
 
-/// How a delivery's verdict was reached (a retry overrides it: `retried`, `transient`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Decided {
-    verdict: Verdict,
-    by: DecidedBy,
-    /// The quarantine code, when quarantined.
-    code: Option<&'static str>,
-}
-
-impl Decided {
-    const fn new(verdict: Verdict, by: DecidedBy) -> Self {
-        Self {
-            verdict,
-            by,
-            code: None,
-        }
-    }
-
-    const RETRIED: Self = Self::new(Verdict::Retried, DecidedBy::Transient);
-
-    /// The record of a delivery (`record` names what is known of it) with `result`: a retry
-    /// says why, a quarantine its code and why.
-    fn settle(self, mut record: DecisionRecord, result: &MessageResult) -> DecisionRecord {
-        let Decided { verdict, by, code } = match result {
-            MessageResult::Retry { .. } => Self::RETRIED,
-            _ => self,
-        };
-        record.verdict = verdict;
-        record.decided_by = by;
-        match result {
-            MessageResult::Retry { reason } => record.reason = Some(reason.clone()),
-            MessageResult::Quarantined { reason } => {
-                record.code = code.map(str::to_owned);
-                record.reason = Some(reason.clone());
-            }
-            _ => {}
-        }
-        record
-    }
-}
-
-/// SQS `ApproximateReceiveCount`, when SQS said.
-fn receive_count(message: &SqsMessage) -> Option<u32> {
-    message
-        .attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|n| n.parse().ok())
-}
-
 /// A batch's outcomes, as EMF metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchCounts {
@@ -341,16 +285,7 @@ impl CollectionsHandler {
     /// trace of the invocation) and the batch's EMF line.
     pub async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
         let report = self.process_batch(&event.records).await;
-        let trace_id = std::env::var("_X_AMZN_TRACE_ID")
-            .ok()
-            .filter(|t| !t.is_empty());
-        for record in &report.decisions {
-            let record = DecisionRecord {
-                trace_id: trace_id.clone(),
-                ..record.clone()
-            };
-            servicing_telemetry::print_decision(&record);
-        }
+        decisions::emit(&report.decisions);
         let mut response = SqsBatchResponse::default();
         let mut counts = BatchCounts::default();
         for (id, result) in &report.results {
@@ -375,7 +310,9 @@ impl CollectionsHandler {
                 .map(|m| async move {
                     let id = m.message_id.clone().unwrap_or_default();
                     let body = m.body.as_deref().unwrap_or_default();
-                    let (result, record) = self.process_one(&id, body, receive_count(m)).await;
+                    let (result, record) = self
+                        .process_one(&id, body, decisions::receive_count(m))
+                        .await;
                     (id, result, record)
                 })
                 .buffered(self.concurrency)
@@ -398,10 +335,7 @@ impl CollectionsHandler {
         body: &str,
         receive_count: Option<u32>,
     ) -> (MessageResult, Option<DecisionRecord>) {
-        let record = DecisionRecord {
-            receive_count,
-            ..DecisionRecord::new(CONSUMER, message_id, Verdict::Retried, DecidedBy::Decode)
-        };
+        let record = decisions::delivery(message_id, receive_count);
         let envelope = serde_json::from_str::<Value>(body);
         let parsed = envelope
             .as_ref()
@@ -423,12 +357,7 @@ impl CollectionsHandler {
             }
         };
         let record = DecisionRecord {
-            source_system: envelope
-                .as_ref()
-                .ok()
-                .and_then(|e| e["source"].as_str())
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned),
+            source_system: decisions::source_system(envelope.as_ref().ok()),
             ..event.evidence(record)
         };
         let (result, decided) = self.decide(message_id, body, &event).await;
@@ -675,216 +604,4 @@ fn lease_id() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn change(from: &str, to: &str, occurred_at: &str, event_id: &str) -> DelinquencyChanged {
-        let envelope = json!({"detail-type": "DelinquencyChanged", "detail": {
-            "eventId": event_id, "accountId": "acc_1", "occurredAt": occurred_at,
-            "fromBucket": from, "toBucket": to, "dpd": 30}});
-        DelinquencyChanged::parse(&envelope)
-            .expect("valid")
-            .expect("a DelinquencyChanged")
-    }
-
-    #[test]
-    fn when_the_bucket_moves_should_notify_only_a_worsening_into_30_days_or_more() {
-        let notifies = |from, to| change(from, to, "2026-10-01T00:00:00Z", "e").calls_for_notice();
-        for (from, to) in [
-            ("DPD_1_29", "DPD_30_59"),
-            ("CURRENT", "DPD_30_59"),
-            ("DPD_30_59", "DPD_60_89"),
-            ("DPD_60_89", "DPD_90_PLUS"),
-            ("CURRENT", "DPD_90_PLUS"),
-        ] {
-            assert!(notifies(from, to), "{from} -> {to}");
-        }
-        for (from, to) in [
-            ("CURRENT", "DPD_1_29"),
-            ("DPD_60_89", "DPD_30_59"),
-            ("DPD_90_PLUS", "DPD_60_89"),
-            ("DPD_30_59", "DPD_1_29"),
-            ("DPD_30_59", "CURRENT"),
-            ("DPD_90_PLUS", "CURRENT"),
-        ] {
-            assert!(!notifies(from, to), "{from} -> {to}");
-        }
-    }
-
-    #[test]
-    fn when_changes_are_ordered_should_go_by_occurred_at_then_event_id() {
-        let worse = change("DPD_1_29", "DPD_30_59", "2026-10-31T23:59:59Z", "evt_b");
-        let cure = change("DPD_30_59", "CURRENT", "2026-11-03T10:00:00Z", "evt_a");
-        assert!(worse.order() < cure.order(), "occurredAt first");
-        // Sub-second and offset forms compare by instant, not by text.
-        let fraction = change("DPD_1_29", "DPD_30_59", "2026-10-31T23:59:59.5Z", "evt_a");
-        let offset = change(
-            "DPD_1_29",
-            "DPD_30_59",
-            "2026-11-01T00:59:59+01:00",
-            "evt_c",
-        );
-        assert!(worse.order() < fraction.order());
-        assert!(
-            offset.order() > worse.order(),
-            "same instant: the event id breaks the tie"
-        );
-        let recorded = cure.record();
-        assert_eq!(
-            later_than(Some(recorded.clone()), &worse.order()),
-            Some(recorded)
-        );
-        assert_eq!(
-            later_than(Some(worse.record()), &worse.order()),
-            None,
-            "itself is not later"
-        );
-        assert_eq!(later_than(Some(worse.record()), &cure.order()), None);
-    }
-
-    #[test]
-    fn when_a_detail_lacks_its_from_bucket_or_time_should_refuse_it() {
-        let mut envelope = json!({"detail-type": "DelinquencyChanged", "detail": {
-            "eventId": "e", "accountId": "acc_1", "occurredAt": "yesterday",
-            "fromBucket": "DPD_1_29", "toBucket": "DPD_30_59"}});
-        let err = DelinquencyChanged::parse(&envelope).expect_err("bad time");
-        assert!(err.contains("occurredAt"), "{err}");
-        envelope["detail"]["occurredAt"] = json!("2026-10-01T00:00:00Z");
-        envelope["detail"]
-            .as_object_mut()
-            .expect("detail")
-            .remove("fromBucket");
-        let err = DelinquencyChanged::parse(&envelope).expect_err("no from");
-        assert!(err.contains("fromBucket"), "{err}");
-    }
-
-    /// The record of a delivery of `event`, as `process_one` starts it.
-    fn started(event: &DelinquencyChanged) -> DecisionRecord {
-        DecisionRecord {
-            receive_count: Some(2),
-            source_system: Some("servicing.account-state".into()),
-            ..event.evidence(DecisionRecord::new(
-                CONSUMER,
-                "m-1",
-                Verdict::Retried,
-                DecidedBy::Decode,
-            ))
-        }
-    }
-
-    #[test]
-    fn when_a_change_is_decided_should_record_its_identity_verdict_and_how() {
-        let event = change("DPD_1_29", "DPD_30_59", "2026-10-01T00:00:00Z", "evt_7");
-        let applied = Decided::new(Verdict::Applied, DecidedBy::Claim)
-            .settle(started(&event), &MessageResult::Handled { action: None });
-        let fingerprint = Fingerprint::of_value(&event.detail);
-        assert_eq!(
-            applied.to_json(),
-            json!({"recordVersion": 1, "kind": "decision", "consumer": "collections",
-                "messageId": "m-1", "receiveCount": 2, "sourceSystem": "servicing.account-state",
-                "sourceEventId": "evt_7", "accountId": "acc_1",
-                "fingerprint": fingerprint.as_str(), "verdict": "applied", "decidedBy": "claim"})
-        );
-
-        // A collision is quarantined under its code; a retry overrides whatever was decided.
-        let collision = Decided {
-            code: Some(COLLISION),
-            ..Decided::new(Verdict::Collision, DecidedBy::RefusedClaim)
-        }
-        .settle(
-            started(&event),
-            &MessageResult::Quarantined {
-                reason: "claimed with another fingerprint".into(),
-            },
-        );
-        assert_eq!(
-            (
-                collision.verdict,
-                collision.decided_by,
-                collision.code.as_deref(),
-                collision.reason.as_deref()
-            ),
-            (
-                Verdict::Collision,
-                DecidedBy::RefusedClaim,
-                Some("collision"),
-                Some("claimed with another fingerprint")
-            )
-        );
-        let retried = Decided::new(Verdict::Stale, DecidedBy::BusinessRule).settle(
-            started(&event),
-            &MessageResult::Retry {
-                reason: "throttled".into(),
-            },
-        );
-        assert_eq!(
-            (
-                retried.verdict,
-                retried.decided_by,
-                retried.code,
-                retried.reason.as_deref()
-            ),
-            (
-                Verdict::Retried,
-                DecidedBy::Transient,
-                None,
-                Some("throttled")
-            )
-        );
-    }
-
-    #[test]
-    fn when_sqs_gives_no_receive_count_should_say_nothing() {
-        let mut message = SqsMessage::default();
-        assert_eq!(receive_count(&message), None);
-        message
-            .attributes
-            .insert("ApproximateReceiveCount".into(), "3".into());
-        assert_eq!(receive_count(&message), Some(3));
-    }
-
-    #[test]
-    fn when_a_batch_is_counted_should_count_only_the_calls_it_made_as_actions() {
-        let sent_now = ActionOutcome {
-            status: ActionStatus::Sent,
-            executed_now: true,
-        };
-        let settled_before = ActionOutcome {
-            executed_now: false,
-            ..sent_now
-        };
-        let mut counts = BatchCounts::default();
-        for result in [
-            MessageResult::Handled {
-                action: Some(sent_now),
-            },
-            MessageResult::Duplicate {
-                action: Some(settled_before),
-            },
-            MessageResult::Duplicate {
-                action: Some(sent_now),
-            },
-            MessageResult::Ignored,
-            MessageResult::Retry {
-                reason: "receiver down".into(),
-            },
-        ] {
-            counts.count(&result);
-        }
-        let metric = |name: &str| {
-            counts
-                .metrics()
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| *v)
-        };
-        assert_eq!(metric("Applied"), Some(1));
-        assert_eq!(metric("Duplicate"), Some(2));
-        assert_eq!(
-            metric("ActionsExecuted"),
-            Some(2),
-            "a twin's late call counts too"
-        );
-        assert_eq!((metric("Ignored"), metric("Retried")), (Some(1), Some(1)));
-    }
-}
+mod tests;

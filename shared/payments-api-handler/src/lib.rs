@@ -11,10 +11,11 @@
 //!
 //! Every POST command leaves one decision record (consumer `payments-api`, `messageId` = the
 //! API Gateway request id): accepted, replayed, key-reused, key-expired, in-flight or refused,
-//! with what was known of the caller, the key and the request — never the body.
+//! with what was known of the caller, the key and the request — never the body (`decisions`).
 
 pub mod command;
 mod config;
+mod decisions;
 mod problem;
 pub mod responses;
 
@@ -26,83 +27,18 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::json;
 use servicing_domain::{AccountId, EventKind, Money, ServicingEvent, SourceRef};
 use servicing_store::{CommandOutcome, OutboxEvent, ServicingStore, StoreError, StoredResponse};
-use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
+use servicing_telemetry::{DecisionRecord, Verdict};
 use sha2::{Digest, Sha256};
 
 pub use command::{FieldError, IdempotencyKey, PaymentCommand, Principal};
 pub use config::{CONSUMER, Config};
+pub use decisions::{Refusal, command_decision};
 pub use problem::Problem;
 pub use servicing_settings::{ConfigError, FromSettings};
 
 /// The EventBridge `source` of API-originated payments (a rule routes them to the servicing queue).
 pub const EVENT_SOURCE: &str = "servicing.payments-api";
 pub const DETAIL_TYPE: &str = "PaymentSettled";
-
-/// A POST command answered with a problem: the problem, the verdict it states and how it was
-/// decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub problem: Problem,
-    pub verdict: Verdict,
-    pub decided_by: DecidedBy,
-}
-
-impl Refusal {
-    pub fn new(problem: Problem, verdict: Verdict, decided_by: DecidedBy) -> Self {
-        Self {
-            problem,
-            verdict,
-            decided_by,
-        }
-    }
-
-    /// Refused for the request itself, before any record.
-    fn invalid(problem: Problem) -> Self {
-        Self::new(problem, Verdict::Refused, DecidedBy::Validation)
-    }
-
-    /// Refused by the transaction's conditions on the account (unknown, other currency).
-    fn by_account(problem: Problem) -> Self {
-        Self::new(problem, Verdict::Refused, DecidedBy::BusinessRule)
-    }
-
-    /// Decided by the caller-scoped idempotency record.
-    fn by_record(problem: Problem, verdict: Verdict) -> Self {
-        Self::new(problem, verdict, DecidedBy::IdempotencyRecord)
-    }
-
-    /// The store failed the request: unavailable (503) or otherwise (500).
-    fn store(error: StoreError) -> Self {
-        let decided_by = match error.is_transient() {
-            true => DecidedBy::Transient,
-            false => DecidedBy::StoreRejected,
-        };
-        Self::new(store_problem(error), Verdict::Refused, decided_by)
-    }
-}
-
-/// The decision record of a POST command: `known` names what was known of it (caller, key,
-/// request), `outcome` what it came to (`accepted` or `replayed`, else the refusal: its problem
-/// type as `code`, its detail as `reason`).
-pub fn command_decision(
-    known: DecisionRecord,
-    outcome: &Result<Verdict, Refusal>,
-) -> DecisionRecord {
-    match outcome {
-        Ok(verdict) => DecisionRecord {
-            verdict: *verdict,
-            decided_by: DecidedBy::IdempotencyRecord,
-            ..known
-        },
-        Err(refusal) => DecisionRecord {
-            verdict: refusal.verdict,
-            decided_by: refusal.decided_by,
-            code: Some(refusal.problem.kind.to_owned()),
-            reason: Some(refusal.problem.detail.clone()),
-            ..known
-        },
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct PaymentsApi {
@@ -166,27 +102,7 @@ impl PaymentsApi {
     /// [`Self::handle`] prints), stamped with the API Gateway request id (`messageId`), the
     /// Lambda request id and the X-Ray trace when the invocation has them.
     pub async fn post(&self, request: &Request) -> (Response<Body>, DecisionRecord) {
-        let gateway_request = match request.request_context_ref() {
-            Some(RequestContext::ApiGatewayV2(context)) => context.request_id.clone(),
-            _ => None,
-        };
-        let lambda = request.lambda_context_ref();
-        let trace_id = lambda
-            .and_then(|c| c.xray_trace_id.clone())
-            .or_else(|| std::env::var("_X_AMZN_TRACE_ID").ok())
-            .filter(|t| !t.is_empty());
-        let mut known = DecisionRecord {
-            request_id: lambda
-                .map(|c| c.request_id.clone())
-                .filter(|r| !r.is_empty()),
-            trace_id,
-            ..DecisionRecord::new(
-                CONSUMER,
-                gateway_request.as_deref().unwrap_or_default(),
-                Verdict::Refused,
-                DecidedBy::Validation,
-            )
-        };
+        let mut known = decisions::invocation(request);
         let outcome = self.post_payment(request, &mut known).await;
         let decision = command_decision(
             known,
@@ -539,149 +455,7 @@ fn json_response(status: u16, body: &str, replayed: bool) -> Response<Body> {
 mod tests {
     use std::time::Duration;
 
-    use serde_json::json;
-    use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
-
-    use super::{
-        CONSUMER, IdempotencyKey, PaymentCommand, Principal, Problem, Refusal, check_event_time,
-        command_decision, iam_caller, principal,
-    };
-
-    /// What `post_payment` knows of a valid command by the time the store answers.
-    fn known() -> DecisionRecord {
-        let principal = Principal::new("client-42").expect("principal");
-        let key = IdempotencyKey::parse(Some(b"order-1")).expect("key");
-        let body = json!({"accountId": "acc_1", "amountMinor": 2500, "currency": "EUR",
-            "reference": "inv-1"});
-        let command = PaymentCommand::parse(body.to_string().as_bytes()).expect("command");
-        DecisionRecord {
-            source_system: Some(principal.source_system()),
-            source_event_id: Some(key.source_event_id()),
-            account_id: Some(command.account_id.as_str().to_owned()),
-            amount_minor: Some(command.amount.minor()),
-            currency: Some(command.currency.as_str().to_owned()),
-            fingerprint: Some(command.fingerprint().as_str().to_owned()),
-            ..DecisionRecord::new(CONSUMER, "req-7", Verdict::Refused, DecidedBy::Validation)
-        }
-    }
-
-    #[test]
-    fn when_a_command_is_accepted_or_replayed_should_record_the_caller_key_and_request() {
-        let accepted = command_decision(known(), &Ok(Verdict::Accepted));
-        let fingerprint = known().fingerprint;
-        assert_eq!(
-            accepted.to_json(),
-            json!({"recordVersion": 1, "kind": "decision", "consumer": "payments-api",
-                "messageId": "req-7", "sourceSystem": "api:client-42", "sourceEventId": "order-1",
-                "accountId": "acc_1", "amountMinor": 2500, "currency": "EUR",
-                "fingerprint": fingerprint, "verdict": "accepted",
-                "decidedBy": "idempotency-record"}),
-            "never the body: no reference, no payload"
-        );
-        let replayed = command_decision(known(), &Ok(Verdict::Replayed));
-        assert_eq!(
-            (replayed.verdict.as_str(), replayed.code),
-            ("replayed", None)
-        );
-    }
-
-    #[test]
-    fn when_a_command_is_refused_should_record_the_problem_type_and_how_it_was_decided() {
-        let reused = Refusal::by_record(
-            Problem::new(
-                422,
-                "idempotency-key-reused",
-                "t",
-                "this key was first used",
-            ),
-            Verdict::KeyReused,
-        );
-        let record = command_decision(known(), &Err(reused));
-        assert_eq!(
-            record.to_json()["verdict"],
-            "key-reused",
-            "kebab-case on the wire"
-        );
-        assert_eq!(
-            (
-                record.decided_by.as_str(),
-                record.code.as_deref(),
-                record.reason.as_deref()
-            ),
-            (
-                "idempotency-record",
-                Some("idempotency-key-reused"),
-                Some("this key was first used")
-            )
-        );
-        for (refusal, verdict, by, code) in [
-            (
-                Refusal::by_record(
-                    Problem::new(422, "idempotency-key-expired", "t", "d"),
-                    Verdict::KeyExpired,
-                ),
-                "key-expired",
-                "idempotency-record",
-                "idempotency-key-expired",
-            ),
-            (
-                Refusal::by_record(
-                    Problem::new(409, "request-in-flight", "t", "d"),
-                    Verdict::InFlight,
-                ),
-                "in-flight",
-                "idempotency-record",
-                "request-in-flight",
-            ),
-            (
-                Refusal::by_account(Problem::new(404, "unknown-account", "t", "d")),
-                "refused",
-                "business-rule",
-                "unknown-account",
-            ),
-            (
-                Refusal::store(servicing_store::StoreError::Transient("throttled".into())),
-                "refused",
-                "transient",
-                "temporarily-unavailable",
-            ),
-            (
-                Refusal::store(servicing_store::StoreError::Rejected("too big".into())),
-                "refused",
-                "store-rejected",
-                "internal",
-            ),
-        ] {
-            let record = command_decision(known(), &Err(refusal));
-            assert_eq!(
-                (
-                    record.verdict.as_str(),
-                    record.decided_by.as_str(),
-                    record.code.as_deref()
-                ),
-                (verdict, by, Some(code))
-            );
-        }
-
-        // Refused before the body was read: only what was known by then.
-        let unauthenticated =
-            DecisionRecord::new(CONSUMER, "req-8", Verdict::Refused, DecidedBy::Validation);
-        let record = command_decision(
-            unauthenticated,
-            &Err(Refusal::invalid(Problem::new(
-                401,
-                "unauthenticated",
-                "t",
-                "no identity",
-            ))),
-        );
-        assert_eq!(
-            record.to_json(),
-            json!({"recordVersion": 1, "kind": "decision", "consumer": "payments-api",
-                "messageId": "req-8", "verdict": "refused", "decidedBy": "validation",
-                "code": "unauthenticated", "reason": "no identity"})
-        );
-    }
+    use super::{check_event_time, iam_caller, principal};
 
     #[test]
     fn when_event_time_is_beyond_the_configured_skew_should_refuse_it_stating_the_bound() {

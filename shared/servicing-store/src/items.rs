@@ -29,8 +29,13 @@ pub const PARKED_FACTS: &str = "parkedFacts";
 pub const ACCOUNT_ID: &str = "accountId";
 /// Every record's layout version (`schema::SCHEMA_VERSION`).
 pub const SCHEMA_VERSION: &str = "schemaVersion";
-/// A record's events (`ClaimRecord::outbox`): a payment's carry its allocation.
+/// A record's events (`ClaimRecord::outbox`, `IdempotencyRecord::outbox`): a payment's carry
+/// its allocation; and the trace of the write that put them there.
 pub const OUTBOX: &str = "outbox";
+pub const TRACE_HEADER: &str = "traceHeader";
+/// A fact's identity on its record (`ClaimRecord::source_system`, `source_event_id`).
+pub const SOURCE_SYSTEM: &str = "sourceSystem";
+pub const SOURCE_EVENT_ID: &str = "sourceEventId";
 /// The sparse index listing an account's allocations, and its key (`ClaimRecord::allocated_to`).
 pub const ALLOCATIONS_INDEX: &str = "AllocationsIndex";
 pub const ALLOCATED_TO: &str = "allocatedTo";
