@@ -23,6 +23,7 @@ mod engines;
 mod evidence;
 mod fault_sweep;
 mod lambda_path;
+mod money;
 mod operations;
 mod parking;
 mod payments_api;

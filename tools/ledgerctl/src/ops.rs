@@ -17,8 +17,21 @@ pub struct ReconcileArgs {
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 3650))]
     hours: i64,
     /// The source stream (JSON Lines) to reconcile against.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "money")]
     source: Option<EventsFile>,
+    /// Reconcile money instead: every API payment answered 202 applied; applied payments less
+    /// reversals by source, currency and business date; suspected duplicates under different
+    /// identities. Exits 1 when something does not reconcile.
+    #[arg(long)]
+    money: bool,
+    /// With --money: a provider's settlement totals (CSV `source,date,currency,total`, e.g.
+    /// `prov-a,2026-11-02,EUR,10000.00`), each compared with what was applied.
+    #[arg(long, requires = "money")]
+    settlement: Option<std::path::PathBuf>,
+    /// With --money: API payments accepted less than this long ago are listed as in flight,
+    /// not as missing.
+    #[arg(long, default_value_t = 15, requires = "money", value_parser = clap::value_parser!(i64).range(0..=24 * 60))]
+    grace_minutes: i64,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -115,6 +128,9 @@ fn read_lines(path: &EventsFile) -> anyhow::Result<Vec<Vec<u8>>> {
 }
 
 pub fn reconcile(args: &ReconcileArgs) -> anyhow::Result<bool> {
+    if args.money {
+        return reconcile_money(args);
+    }
     let (table, consumer, hours) = (&args.table.table, &args.consumer, args.hours);
     let source = args.source.as_ref().map(read_lines).transpose()?;
     let now = servicing_ops::epoch_seconds();
@@ -126,6 +142,31 @@ pub fn reconcile(args: &ReconcileArgs) -> anyhow::Result<bool> {
             consumer,
             (now - hours * 3600, now + 1),
             source.as_deref(),
+        )
+        .await?;
+        for line in report.lines() {
+            println!("{line}");
+        }
+        Ok(report.holds())
+    })
+}
+
+fn reconcile_money(args: &ReconcileArgs) -> anyhow::Result<bool> {
+    let settlement = match &args.settlement {
+        Some(path) => servicing_ops::money::parse_settlement(
+            &std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?,
+        )?,
+        None => Vec::new(),
+    };
+    runtime()?.block_on(async {
+        let dynamodb = aws_sdk_dynamodb::Client::new(&aws_setup::load().await);
+        let report = servicing_ops::money::reconcile_money(
+            &dynamodb,
+            &args.table.table,
+            &settlement,
+            servicing_ops::epoch_seconds(),
+            args.grace_minutes * 60,
         )
         .await?;
         for line in report.lines() {

@@ -1,0 +1,403 @@
+//! Money reconciliation (`ledgerctl reconcile --money`): every API payment answered 202 has its
+//! fact applied; applied payments less reversals by source, currency and business date,
+//! compared with a provider's settlement totals when given, each variance explained by the
+//! facts that make it — payments not applied (parked, quarantined, unclaimed) and suspected
+//! duplicates under different identities (same account, amount, currency and time: flagged for
+//! a person, never reversed automatically).
+//!
+//! Read from the facts' records (`ClaimRecord`: a payment's `PaymentApplied` event carries its
+//! allocation, a reversal's `PaymentReversed` its amount) and the API's idempotency records
+//! (each accepted one carries the `PAYMENT_SETTLED` it sent): one scan pass.
+
+use std::collections::BTreeMap;
+
+use chrono::NaiveDate;
+use servicing_domain::outbox::detail_types;
+use servicing_domain::{SourceRef, StoredAllocation};
+use servicing_store::schema::{self, ClaimRecord, IdempotencyRecord, OutboxEvent};
+
+use crate::scan_types;
+
+/// Applied payments and reversals of one source, currency and business date.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub payments: u64,
+    pub applied_minor: i64,
+    pub reversals: u64,
+    pub reversed_minor: i64,
+}
+
+impl Totals {
+    pub fn net_minor(&self) -> i64 {
+        self.applied_minor - self.reversed_minor
+    }
+}
+
+/// `(sourceSystem, currency, business date)`.
+pub type Key = (String, String, NaiveDate);
+
+/// An API payment answered 202 whose fact is not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotApplied {
+    pub operation_id: String,
+    pub fact: SourceRef,
+    pub account_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    /// What the table says of its fact: `no record`, `PARKED`, `REJECTED`, `STALE`.
+    pub state: String,
+    /// Accepted within the grace period: still on its way (listed, not a problem).
+    pub in_flight: bool,
+}
+
+/// Two applied payments with one content key (account, amount, currency, time) under
+/// different identities.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuspectedDuplicate {
+    pub first: SourceRef,
+    pub second: SourceRef,
+    pub account_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub occurred_at: String,
+}
+
+/// A provider's settlement total for one source, date and currency.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    pub key: Key,
+    pub total_minor: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MoneyReconciliation {
+    pub accepted: u64,
+    pub not_applied: Vec<NotApplied>,
+    pub totals: BTreeMap<Key, Totals>,
+    pub suspected_duplicates: Vec<SuspectedDuplicate>,
+    /// Per settlement line: the table's net minus the provider's total.
+    pub variances: Vec<(Settlement, i64)>,
+    pub problems: Vec<String>,
+}
+
+impl MoneyReconciliation {
+    pub fn holds(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "API payments accepted: {}, not applied: {} ({} still in flight)",
+            self.accepted,
+            self.not_applied.len(),
+            self.not_applied.iter().filter(|n| n.in_flight).count()
+        )];
+        for n in &self.not_applied {
+            out.push(format!(
+                "  {} operation {} ({}) on {}: {} {} — {}",
+                if n.in_flight {
+                    "in flight"
+                } else {
+                    "NOT APPLIED"
+                },
+                n.operation_id,
+                n.fact,
+                n.account_id,
+                minor(n.amount_minor),
+                n.currency,
+                n.state
+            ));
+        }
+        for ((source, currency, date), t) in &self.totals {
+            out.push(format!(
+                "{source} {currency} {date}: {} payments {} - {} reversals {} = {}",
+                t.payments,
+                minor(t.applied_minor),
+                t.reversals,
+                minor(t.reversed_minor),
+                minor(t.net_minor())
+            ));
+        }
+        for (s, variance) in &self.variances {
+            let (source, currency, date) = &s.key;
+            out.push(format!(
+                "settlement {source} {currency} {date}: provider {} vs applied {} — variance {}{}",
+                minor(s.total_minor),
+                minor(s.total_minor + variance),
+                if *variance > 0 { "+" } else { "" },
+                minor(*variance)
+            ));
+        }
+        for d in &self.suspected_duplicates {
+            out.push(format!(
+                "  suspected duplicate on {}: {} and {} both {} {} at {} (for a person to judge; nothing is reversed)",
+                d.account_id,
+                d.first,
+                d.second,
+                minor(d.amount_minor),
+                d.currency,
+                d.occurred_at
+            ));
+        }
+        out.extend(self.problems.iter().map(|p| format!("PROBLEM: {p}")));
+        out.push(
+            if self.holds() {
+                "money reconciles"
+            } else {
+                "money does NOT reconcile"
+            }
+            .into(),
+        );
+        out
+    }
+}
+
+/// Minor units as a decimal with two places (every contract currency has two).
+fn minor(amount: i64) -> String {
+    let sign = if amount < 0 { "-" } else { "" };
+    format!(
+        "{sign}{}.{:02}",
+        amount.unsigned_abs() / 100,
+        amount.unsigned_abs() % 100
+    )
+}
+
+/// A settlement file: CSV lines `source,date,currency,total` (total in major units with two
+/// decimals, e.g. `10000.00`); a header line starting with `source` is skipped.
+pub fn parse_settlement(csv: &str) -> anyhow::Result<Vec<Settlement>> {
+    let mut out = Vec::new();
+    for (n, line) in csv.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with("source") {
+            continue;
+        }
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let [source, date, currency, total] = fields[..] else {
+            anyhow::bail!(
+                "settlement line {}: expected source,date,currency,total",
+                n + 1
+            );
+        };
+        let date = NaiveDate::parse_from_str(date, "%Y-%m-%d")
+            .map_err(|e| anyhow::anyhow!("settlement line {}: date {date:?}: {e}", n + 1))?;
+        let (units, cents) = total.split_once('.').unwrap_or((total, "00"));
+        let total_minor = units
+            .parse::<i64>()
+            .ok()
+            .zip(
+                (cents.len() == 2)
+                    .then(|| cents.parse::<i64>().ok())
+                    .flatten(),
+            )
+            .and_then(|(u, c)| u.checked_mul(100).and_then(|u| u.checked_add(c)))
+            .ok_or_else(|| anyhow::anyhow!("settlement line {}: total {total:?}", n + 1))?;
+        out.push(Settlement {
+            key: (source.to_owned(), currency.to_owned(), date),
+            total_minor,
+        });
+    }
+    Ok(out)
+}
+
+/// Reconciles the money of `table` at `now` (epoch s): API payments accepted more than
+/// `grace_secs` ago must be applied.
+pub async fn reconcile_money(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    settlement: &[Settlement],
+    now: i64,
+    grace_secs: i64,
+) -> anyhow::Result<MoneyReconciliation> {
+    let mut items = scan_types(
+        client,
+        table,
+        &[ClaimRecord::ITEM_TYPE, IdempotencyRecord::ITEM_TYPE],
+    )
+    .await?;
+    let mut report = MoneyReconciliation::default();
+    let mut claims: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
+    for item in items.remove(ClaimRecord::ITEM_TYPE).unwrap_or_default() {
+        match schema::from_item::<ClaimRecord>(item) {
+            Ok(claim) if claim.consumer == "account-state" => {
+                claims.insert(claim.source(), claim);
+            }
+            Ok(_) => {}
+            Err(e) => report
+                .problems
+                .push(format!("a fact's record does not decode: {e}")),
+        }
+    }
+
+    // Every accepted API payment has its fact applied.
+    for item in items
+        .remove(IdempotencyRecord::ITEM_TYPE)
+        .unwrap_or_default()
+    {
+        let record: IdempotencyRecord = match schema::from_item(item) {
+            Ok(r) => r,
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("an idempotency record does not decode: {e}"));
+                continue;
+            }
+        };
+        if record.response_status != 202 {
+            continue;
+        }
+        report.accepted += 1;
+        let events = OutboxEvent::decode(record.outbox.as_deref()).unwrap_or_default();
+        let Some(detail) = events.first().map(|e| &e.detail) else {
+            report.problems.push(format!(
+                "accepted command {} carries no event to apply",
+                record.idempotency_key
+            ));
+            continue;
+        };
+        let text = |k: &str| detail[k].as_str().unwrap_or_default().to_owned();
+        let fact = SourceRef {
+            system: text("sourceSystem"),
+            event_id: text("sourceEventId"),
+        };
+        let state = match claims.get(&fact) {
+            Some(c) if c.verdict == "APPLIED" => continue,
+            Some(c) => c.verdict.clone(),
+            None => {
+                "no record (never applied: check the relay's and account-state's quarantine)".into()
+            }
+        };
+        let missing = NotApplied {
+            operation_id: text("eventId"),
+            fact,
+            account_id: text("accountId"),
+            amount_minor: detail["amountMinor"].as_i64().unwrap_or_default(),
+            currency: text("currency"),
+            state,
+            in_flight: now - record.created_at < grace_secs,
+        };
+        if !missing.in_flight {
+            report.problems.push(format!(
+                "API payment {} ({}) of {} {} on {} was accepted but is not applied",
+                missing.operation_id,
+                missing.fact,
+                minor(missing.amount_minor),
+                missing.currency,
+                missing.account_id
+            ));
+        }
+        report.not_applied.push(missing);
+    }
+
+    // Applied payments less reversals, by source, currency and business date.
+    let mut by_content: BTreeMap<(String, i64, String, String), SourceRef> = BTreeMap::new();
+    for claim in claims.values().filter(|c| c.verdict == "APPLIED") {
+        let Ok(events) = claim.events() else {
+            report
+                .problems
+                .push(format!("the events of {} do not decode", claim.source()));
+            continue;
+        };
+        for event in events {
+            let detail = &event.detail;
+            if event.detail_type == detail_types::PAYMENT_APPLIED {
+                let Some(StoredAllocation {
+                    amount_minor,
+                    currency,
+                    applied_on,
+                    ..
+                }) = servicing_domain::outbox::payment_allocation(detail)
+                else {
+                    report.problems.push(format!(
+                        "the PaymentApplied of {} does not decode",
+                        claim.source()
+                    ));
+                    continue;
+                };
+                let t = report
+                    .totals
+                    .entry((
+                        claim.source_system.clone(),
+                        currency.as_str().to_owned(),
+                        applied_on,
+                    ))
+                    .or_default();
+                t.payments += 1;
+                t.applied_minor += amount_minor;
+                let content = (
+                    claim.account_id.clone(),
+                    amount_minor,
+                    currency.as_str().to_owned(),
+                    detail["occurredAt"].as_str().unwrap_or_default().to_owned(),
+                );
+                if let Some(first) = by_content.get(&content) {
+                    report.suspected_duplicates.push(SuspectedDuplicate {
+                        first: first.clone(),
+                        second: claim.source(),
+                        account_id: content.0.clone(),
+                        amount_minor,
+                        currency: content.2.clone(),
+                        occurred_at: content.3.clone(),
+                    });
+                } else {
+                    by_content.insert(content, claim.source());
+                }
+            } else if event.detail_type == detail_types::PAYMENT_REVERSED {
+                let date = detail["occurredAt"]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&chrono::Utc).date_naive());
+                let (Some(date), Some(amount)) = (date, detail["amountMinor"].as_i64()) else {
+                    report.problems.push(format!(
+                        "the PaymentReversed of {} does not decode",
+                        claim.source()
+                    ));
+                    continue;
+                };
+                let currency = detail["currency"].as_str().unwrap_or_default().to_owned();
+                let t = report
+                    .totals
+                    .entry((claim.source_system.clone(), currency, date))
+                    .or_default();
+                t.reversals += 1;
+                t.reversed_minor += amount;
+            }
+        }
+    }
+
+    // A provider's totals: a variance is a problem, explained by the facts listed above.
+    for s in settlement {
+        let net = report.totals.get(&s.key).map_or(0, Totals::net_minor);
+        let variance = net - s.total_minor;
+        if variance != 0 {
+            let (source, currency, date) = &s.key;
+            report.problems.push(format!(
+                "{source} {currency} {date}: applied net {} differs from the settlement's {} by {}",
+                minor(net),
+                minor(s.total_minor),
+                minor(variance)
+            ));
+        }
+        report.variances.push((s.clone(), variance));
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_a_settlement_file_is_read_should_take_totals_in_minor_units() {
+        let parsed =
+            parse_settlement("source,date,currency,total\nprov-a,2026-11-02,EUR,10000.00\n")
+                .expect("parsed");
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed[0].total_minor, 1_000_000);
+        assert!(
+            parse_settlement("prov-a,2026-11-02,EUR,10.5").is_err(),
+            "two decimals"
+        );
+        assert!(parse_settlement("prov-a,2026-11-02,EUR").is_err());
+        assert_eq!(minor(-25_050), "-250.50");
+    }
+}
