@@ -454,6 +454,12 @@ def main() -> int:
     )
     print("   " + (dry.stdout.strip().splitlines() or [dry.stderr.strip()])[-1])
     ok &= dry.returncode == 0
+    step("money (ledgerctl reconcile --money): every accepted API payment applied; applied less reversals by source, currency and date")
+    money = subprocess.run(
+        ["cargo", "run", "--quiet", "--locked", "-p", "ledgerctl", "--", "reconcile", "--table", table, "--money", "--grace-minutes", "0"],
+        cwd=ROOT,
+    )
+    ok &= money.returncode == 0
     step("the deployed scheduled reconciler, invoked once")
     answer = json.loads(client("lambda").invoke(FunctionName=outputs["ReconcilerFunctionName"])["Payload"].read() or b"{}")
     print(f"   {answer}")
