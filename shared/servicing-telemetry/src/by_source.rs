@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use crate::decision::{DecisionRecord, Verdict};
-use crate::{NAMESPACE, configured_level, now_millis};
+use crate::{configured_level, emf_group_document, now_millis};
 
 impl Verdict {
     /// account-state's verdicts, in the order the per-source EMF documents list their metrics
@@ -134,7 +134,7 @@ pub fn decision_emf_documents(
                 )
             })
             .collect();
-        docs.push(group_document(
+        docs.push(emf_group_document(
             &[
                 ("Consumer", consumer),
                 ("SourceSystem", source),
@@ -150,7 +150,7 @@ pub fn decision_emf_documents(
         ));
     }
     for ((source, currency), (applied, duplicate)) in &tally.amounts {
-        docs.push(group_document(
+        docs.push(emf_group_document(
             &[
                 ("Consumer", consumer),
                 ("SourceSystem", source),
@@ -179,38 +179,10 @@ pub fn emit_decision_metrics(consumer: &str, decisions: &[DecisionRecord]) {
     }
 }
 
-/// One EMF document: `dimensions` with their values, declared under the dimension `sets`.
-fn group_document(
-    dimensions: &[(&str, &str)],
-    sets: &[&[&str]],
-    metrics: &[(&str, &str, i64)],
-    timestamp_millis: u64,
-    level: &str,
-) -> Value {
-    let mut doc = Map::new();
-    doc.insert("level".into(), json!(level));
-    doc.insert(
-        "_aws".into(),
-        json!({
-            "Timestamp": timestamp_millis,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": sets,
-                "Metrics": metrics.iter().map(|(name, unit, _)| json!({"Name": name, "Unit": unit})).collect::<Vec<_>>(),
-            }],
-        }),
-    );
-    for (name, value) in dimensions {
-        doc.insert((*name).to_owned(), json!(value));
-    }
-    for (name, _, value) in metrics {
-        doc.insert((*name).to_owned(), json!(value));
-    }
-    Value::Object(doc)
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::decision::DecidedBy;
     use crate::decision::tests::payment;

@@ -40,6 +40,27 @@ pub fn emf_document(
     timestamp_millis: u64,
     level: &str,
 ) -> Value {
+    let metrics: Vec<(&str, &str, i64)> = counts
+        .iter()
+        .map(|(name, n)| (*name, "Count", i64::try_from(*n).unwrap_or(i64::MAX)))
+        .collect();
+    emf_group_document(
+        &[("Consumer", consumer)],
+        &[&["Consumer"]],
+        &metrics,
+        timestamp_millis,
+        level,
+    )
+}
+
+/// One EMF document: `dimensions` with their values, declared under the dimension `sets`.
+pub(crate) fn emf_group_document(
+    dimensions: &[(&str, &str)],
+    sets: &[&[&str]],
+    metrics: &[(&str, &str, i64)],
+    timestamp_millis: u64,
+    level: &str,
+) -> Value {
     let mut doc = Map::new();
     doc.insert("level".into(), json!(level));
     doc.insert(
@@ -48,13 +69,15 @@ pub fn emf_document(
             "Timestamp": timestamp_millis,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["Consumer"]],
-                "Metrics": counts.iter().map(|(name, _)| json!({"Name": name, "Unit": "Count"})).collect::<Vec<_>>(),
+                "Dimensions": sets,
+                "Metrics": metrics.iter().map(|(name, unit, _)| json!({"Name": name, "Unit": unit})).collect::<Vec<_>>(),
             }],
         }),
     );
-    doc.insert("Consumer".into(), json!(consumer));
-    for (name, value) in counts {
+    for (name, value) in dimensions {
+        doc.insert((*name).to_owned(), json!(value));
+    }
+    for (name, _, value) in metrics {
         doc.insert((*name).to_owned(), json!(value));
     }
     Value::Object(doc)
