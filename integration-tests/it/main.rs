@@ -22,6 +22,7 @@ mod collections;
 mod engines;
 mod evidence;
 mod fault_sweep;
+mod incident;
 mod lambda_path;
 mod money;
 mod operations;

@@ -72,6 +72,7 @@ pub mod faults;
 pub mod generate;
 pub mod lambda;
 pub mod routing;
+pub mod schema;
 pub mod servicing;
 pub mod streams;
 

@@ -37,6 +37,7 @@ pub use servicing_settings::FromSettings;
 pub use servicing_store::MAX_TRANSACTION_ITEMS;
 pub use servicing_telemetry::{
     DecidedBy, DecisionRecord, Verdict, content_key, decision_emf_documents, decision_line,
+    decision_time,
 };
 
 /// The quarantine code of a fact whose request DynamoDB refused as such.

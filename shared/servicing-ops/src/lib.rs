@@ -6,6 +6,7 @@
 //! never for a hot path.
 
 pub mod aging;
+pub mod incident;
 pub mod money;
 pub mod parked;
 pub mod quarantine;

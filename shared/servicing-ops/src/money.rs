@@ -153,7 +153,7 @@ impl MoneyReconciliation {
 }
 
 /// Minor units as a decimal with two places (every contract currency has two).
-fn minor(amount: i64) -> String {
+pub fn minor(amount: i64) -> String {
     let sign = if amount < 0 { "-" } else { "" };
     format!(
         "{sign}{}.{:02}",

@@ -234,6 +234,10 @@ pub struct DecisionRecord {
     /// Why it was quarantined or retried, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When it was decided (RFC 3339, UTC, milliseconds): stamped by [`print_decision`] when
+    /// unset. What an incident window selects on (`ledgerctl incident --from --to`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<String>,
 }
 
 impl DecisionRecord {
@@ -262,6 +266,7 @@ impl DecisionRecord {
             decided_by,
             code: None,
             reason: None,
+            decided_at: None,
         }
     }
 
@@ -317,9 +322,23 @@ pub fn decision_line(record: &DecisionRecord, level: &str) -> String {
     serde_json::to_string(&Line { record, level }).unwrap_or_default()
 }
 
-/// Prints one decision record as one JSON line on stdout, at the level an EMF line declares.
+/// Prints one decision record as one JSON line on stdout, at the level an EMF line declares,
+/// stamped with the time of decision when the record has none.
 pub fn print_decision(record: &DecisionRecord) {
-    println!("{}", decision_line(record, configured_level()));
+    if record.decided_at.is_some() {
+        println!("{}", decision_line(record, configured_level()));
+    } else {
+        let stamped = DecisionRecord {
+            decided_at: Some(decision_time(std::time::SystemTime::now().into())),
+            ..record.clone()
+        };
+        println!("{}", decision_line(&stamped, configured_level()));
+    }
+}
+
+/// The `decidedAt` form of a time: RFC 3339, UTC, milliseconds (`2026-11-02T10:00:00.000Z`).
+pub fn decision_time(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[cfg(test)]
@@ -373,6 +392,7 @@ pub(crate) mod tests {
             outcome: Some(Verdict::Quarantined),
             code: Some("store_rejected".into()),
             reason: Some("too big".into()),
+            decided_at: Some("2026-11-02T10:00:01.250Z".into()),
             request_id: Some("req-1".into()),
             trace_id: Some("Root=1-abc".into()),
             decided_by: DecidedBy::StoreRejected,
@@ -467,7 +487,7 @@ pub(crate) mod tests {
             "accountId": "acc_1", "eventTime": "2026-11-02T10:00:00Z", "amountMinor": 2500,
             "currency": "EUR", "fingerprint": record.fingerprint, "contentKey": record.content_key,
             "verdict": "released", "outcome": "quarantined", "decidedBy": "store-rejected",
-            "code": "store_rejected", "reason": "too big",
+            "code": "store_rejected", "reason": "too big", "decidedAt": "2026-11-02T10:00:01.250Z",
         });
         assert_eq!(record.to_json(), expected);
 

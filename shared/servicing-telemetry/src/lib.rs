@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 pub use by_source::{SourceTally, bounded_source, decision_emf_documents, emit_decision_metrics};
 pub use decision::{
     DECISION_RECORD_VERSION, DecidedBy, DecisionRecord, RecordKind, RecordVersion, Verdict,
-    content_key, decision_line, print_decision,
+    content_key, decision_line, decision_time, print_decision,
 };
 
 pub const NAMESPACE: &str = "LoanServicing";

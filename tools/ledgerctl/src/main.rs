@@ -1,5 +1,6 @@
 //! `ledgerctl`: operator commands (`ledgerctl --help`, `ledgerctl <command> --help`).
 //!
+//! - `incident`: a window's deliveries account by account, from decision records (`incident.rs`).
 //! - `replay`: run a JSON Lines stream through the in-memory ledger (no AWS).
 //! - `state`: read an account from a deployed table (endpoint from the standard AWS variables)
 //!   and optionally check it against an `*.expected.json`.
@@ -9,6 +10,7 @@
 //! Exit status: 0 when the command did what it says and its invariant holds, 1 when not (or
 //! it failed), 2 for a command line it cannot parse.
 
+mod incident;
 mod ops;
 mod replay;
 mod state;
@@ -52,6 +54,12 @@ enum Command {
     /// Close a business day by hand (the daily aging job's work, for a day the schedule
     /// missed): one BUSINESS_DAY_CLOSED per account in arrears; --dry-run lists them.
     Close(ops::CloseArgs),
+    /// What a window's deliveries did, account by account: each fact's verdict, duplicates
+    /// absorbed, collisions with both payloads, money applied with its split, bucket changes,
+    /// collections actions, suspected duplicates under different identities; totals and an
+    /// evidence manifest (JSON or HTML). Exit 1 when a collision or suspected duplicate needs
+    /// a person.
+    Incident(incident::IncidentArgs),
 }
 
 /// `--table`: the servicing table of a deployed stack.
@@ -77,6 +85,7 @@ fn main() -> ExitCode {
         Command::Quarantine(command) => ops::quarantine(&command),
         Command::Send(args) => ops::send(&args),
         Command::Close(args) => ops::close(&args),
+        Command::Incident(args) => incident::run(&args),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

@@ -1,0 +1,185 @@
+//! What the table holds for an incident's facts: the records of its applied facts (each
+//! payment's allocation, the bucket changes they published) and of the identities that
+//! collided (the first payload, as stored), the quarantine items of the collisions (the second
+//! payload, raw) and the collections actions of the accounts touched. Keyed reads, one scan
+//! for the actions (they have no account index); each read is named for the manifest.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use chrono::{DateTime, Duration, Utc};
+use servicing_store::items::{claim_key, key_item};
+use servicing_store::schema::{self, ActionItem, ClaimRecord, QuarantineRecord};
+
+use crate::{Item, failed, scan_types};
+
+/// `(sourceSystem, sourceEventId)`.
+pub type Identity = (String, String);
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stored {
+    pub table: String,
+    pub claims: HashMap<Identity, ClaimRecord>,
+    /// By message id.
+    pub quarantined: HashMap<String, QuarantineRecord>,
+    pub actions: Vec<ActionItem>,
+    /// The reads made, as the manifest lists them.
+    pub queries: Vec<String>,
+}
+
+/// What to read: the identities whose records matter, the collided deliveries' message ids,
+/// the accounts whose actions are listed, over the window's days.
+#[derive(Debug, Clone, Default)]
+pub struct Wanted {
+    pub consumer: String,
+    pub identities: BTreeSet<Identity>,
+    pub collided_messages: BTreeSet<String>,
+    pub accounts: BTreeSet<String>,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+}
+
+/// A BatchGetItem takes at most 100 keys.
+const BATCH_GET: usize = 100;
+
+pub async fn read(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    wanted: &Wanted,
+) -> anyhow::Result<Stored> {
+    let mut stored = Stored {
+        table: table.to_owned(),
+        ..Stored::default()
+    };
+    let identities: Vec<&Identity> = wanted.identities.iter().collect();
+    for chunk in identities.chunks(BATCH_GET) {
+        let keys: Vec<Item> = chunk
+            .iter()
+            .map(|(system, id)| {
+                let source = servicing_domain::SourceRef {
+                    system: system.clone(),
+                    event_id: id.clone(),
+                };
+                key_item(claim_key(&wanted.consumer, &source))
+            })
+            .collect();
+        for item in batch_get(client, table, keys).await? {
+            let record: ClaimRecord = schema::from_item(item)
+                .map_err(|e| anyhow::anyhow!("a fact's record does not decode: {e}"))?;
+            stored.claims.insert(
+                (record.source_system.clone(), record.source_event_id.clone()),
+                record,
+            );
+        }
+    }
+    stored.queries.push(format!(
+        "BatchGetItem {table}: the records of {} facts (CLAIM#{}#<sourceSystem>#<sourceEventId>), {} found",
+        wanted.identities.len(),
+        wanted.consumer,
+        stored.claims.len()
+    ));
+    if !wanted.collided_messages.is_empty() {
+        for day in days(wanted.from, wanted.to) {
+            let pk = format!("QUARANTINE#{}#{day}", wanted.consumer);
+            let items: Vec<Item> = client
+                .query()
+                .table_name(table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+                .consistent_read(true)
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await
+                .map_err(failed(format!("cannot query {pk}")))?;
+            stored.queries.push(format!("Query {table}: pk = {pk}"));
+            for item in items {
+                let record: QuarantineRecord = schema::from_item(item)
+                    .map_err(|e| anyhow::anyhow!("a quarantine item does not decode: {e}"))?;
+                if wanted.collided_messages.contains(&record.message_id) {
+                    stored.quarantined.insert(record.message_id.clone(), record);
+                }
+            }
+        }
+    }
+    if !wanted.accounts.is_empty() {
+        let mut by_type = scan_types(client, table, &[ActionItem::ITEM_TYPE]).await?;
+        stored.queries.push(format!(
+            "Scan {table}: itemType = ACTION (actions have no account index), kept for {} accounts",
+            wanted.accounts.len()
+        ));
+        for item in by_type.remove(ActionItem::ITEM_TYPE).unwrap_or_default() {
+            let action: ActionItem = schema::from_item(item)
+                .map_err(|e| anyhow::anyhow!("an action item does not decode: {e}"))?;
+            if wanted.accounts.contains(&action.account_id) {
+                stored.actions.push(action);
+            }
+        }
+        stored
+            .actions
+            .sort_by(|a, b| (a.created_at, &a.action_id).cmp(&(b.created_at, &b.action_id)));
+    }
+    Ok(stored)
+}
+
+async fn batch_get(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    keys: Vec<Item>,
+) -> anyhow::Result<Vec<Item>> {
+    let mut found = Vec::new();
+    let mut pending = keys;
+    // Unprocessed keys (throttling) are asked again, with a short backoff.
+    for attempt in 0..8u32 {
+        if pending.is_empty() {
+            return Ok(found);
+        }
+        let request = KeysAndAttributes::builder()
+            .set_keys(Some(pending))
+            .consistent_read(true)
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot build the key list: {e}"))?;
+        let answer = client
+            .batch_get_item()
+            .request_items(table, request)
+            .send()
+            .await
+            .map_err(failed(format!(
+                "cannot read the facts' records from {table}"
+            )))?;
+        found.extend(
+            answer
+                .responses
+                .and_then(|mut r| r.remove(table))
+                .unwrap_or_default(),
+        );
+        pending = answer
+            .unprocessed_keys
+            .and_then(|mut u| u.remove(table))
+            .map(|k| k.keys)
+            .unwrap_or_default();
+        if !pending.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+        }
+    }
+    anyhow::bail!(
+        "{table} left {} keys unprocessed after 8 attempts",
+        pending.len()
+    )
+}
+
+/// The UTC days of a window (quarantine partitions), at most 400.
+fn days(from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Vec<String> {
+    let (Some(from), Some(to)) = (from, to) else {
+        return Vec::new();
+    };
+    let mut out = BTreeMap::new();
+    let mut day = from.date_naive();
+    let last = to.date_naive();
+    while day <= last && out.len() < 400 {
+        out.insert(day, ());
+        day += Duration::days(1);
+    }
+    out.keys().map(|d| d.to_string()).collect()
+}

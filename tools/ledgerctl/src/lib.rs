@@ -1,0 +1,3 @@
+//! What `ledgerctl` renders that tests read too (the binary is `main.rs`).
+
+pub mod incident_html;
