@@ -100,6 +100,10 @@ def parameters(notification_url: str) -> list[dict]:
         # Fast local feedback: retry deferred facts quickly.
         "CollectionsBatchWindowSeconds": "0",
         "RelayBatchWindowSeconds": "0",
+        # MiniStack gaps: it refuses alarms with Metrics (metric math: the duplicate-ratio
+        # anomaly alarm) and has no AWS::CloudWatch::InsightRule or AWS::Athena::NamedQuery.
+        "CreateDuplicateInsights": "false",
+        "CreateEvidenceQueries": "false",
     }
     return [{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()]
 

@@ -10,10 +10,16 @@ for every rule, and each later issue's cut-down fixture for the rules its first 
 
 cfn-lint validates the SAM template with Globals merged (no SAM transform), so the rules read
 SAM resources; what SAM adds to each function's role is listed in the README ("Permissions").
+
+E9115-E9123 (issue #22): the alarms that page on what matters (duplicates, their money,
+quarantines, the reconciler's findings) and the evidence kept for the audit horizon (every
+consumer's decision records, archived write-once and queryable). A resource behind a
+condition counts only when the condition holds with the default parameters.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import tomllib
@@ -753,4 +759,491 @@ class ScheduledJobsRunOnceAndTheCloseReadsOnlyItsIndex(ServicingRule):
                         out.append(self.problem(path, f"the daily close {name} may {actions(st)}: it reads only the arrears index"))
         if close is None:
             out.append(self.problem(["Resources"], "no daily close: a scheduled function that queries the arrears index and sends to ServicingQueue"))
+        return out
+
+
+# ------------------------------------------------------------------ issue #22: alarms and evidence
+
+LOAN = "LoanServicing"
+SCHEMA = ROOT / "docs" / "decision-record.schema.json"
+# Event sources whose deliveries a function decides on (one decision record each); scheduled
+# jobs print none.
+DELIVERY_EVENTS = ("SQS", "DynamoDB", "Kinesis", "HttpApi", "Api", "EventBridgeRule", "CloudWatchEvent")
+
+
+def on_by_default(cfn, res):
+    """A resource exists with the default parameters (no condition, or one that holds)."""
+    condition = res.get("Condition")
+    return condition is None or evaluate_condition(cfn, condition) is not False
+
+
+def text(value):
+    """A string as written: a literal, a Fn::Sub's string, a Fn::Join of those (a Ref or GetAtt
+    as `${X}`); None for anything else."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, dict) or len(value) != 1:
+        return None
+    if logical_id(value):
+        return "${" + logical_id(value) + "}"
+    (fn, arg), = value.items()
+    if fn == "Fn::Sub":
+        first = arg[0] if isinstance(arg, list) and arg else arg
+        return first if isinstance(first, str) else None
+    if fn == "Fn::Join" and isinstance(arg, list) and len(arg) == 2 and isinstance(arg[1], list):
+        parts = [text(part) for part in arg[1]]
+        return None if None in parts else str(arg[0]).join(parts)
+    return None
+
+
+def names(value, logical):
+    """`value` is a Ref/GetAtt of `logical`, or a string naming it as ${logical} / ${logical.Attr}."""
+    return logical_id(value) == logical or re.search(r"\$\{" + re.escape(logical) + r"[.}]", text(value) or "") is not None
+
+
+def dimensions(dims):
+    return {d.get("Name"): d.get("Value") for d in as_list(dims or []) if isinstance(d, dict)}
+
+
+def watches(alarm, metric, **dims):
+    """The alarm's own metric is LoanServicing `metric` with exactly these dimension values."""
+    p = props(alarm)
+    return p.get("Namespace") == LOAN and p.get("MetricName") == metric and dimensions(p.get("Dimensions")) == dims
+
+
+def own_log_group(cfn, fn):
+    """The logical id of the log group a function logs to (LoggingConfig.LogGroup), if it is one of the stack's."""
+    lg = logical_id((props(fn).get("LoggingConfig") or {}).get("LogGroup"))
+    res = (cfn.template.get("Resources") or {}).get(lg)
+    return lg if isinstance(res, dict) and res.get("Type") == "AWS::Logs::LogGroup" else None
+
+
+def account_state(cfn):
+    for name, fn in functions(cfn):
+        if ((fn.get("Metadata") or {}).get("BuildProperties") or {}).get("Binary") == "account-state":
+            return name, fn
+    return None, None
+
+
+def truthy(value):
+    return str(value).lower() == "true"
+
+
+def archive_streams(cfn):
+    """The Firehose streams the decision records are subscribed to (with the default parameters)."""
+    all_res = cfn.template.get("Resources") or {}
+    out = {}
+    for _, sub in resources(cfn, "AWS::Logs::SubscriptionFilter"):
+        dest = logical_id(props(sub).get("DestinationArn"))
+        stream = all_res.get(dest)
+        if on_by_default(cfn, sub) and isinstance(stream, dict) and stream.get("Type") == "AWS::KinesisFirehose::DeliveryStream":
+            out[dest] = stream
+    return out
+
+
+def archive_buckets(cfn):
+    return {
+        logical_id((props(s).get("ExtendedS3DestinationConfiguration") or {}).get("BucketARN"))
+        for s in archive_streams(cfn).values()
+    } - {None}
+
+
+def archive_tables(cfn):
+    buckets = archive_buckets(cfn)
+    return [
+        (name, table) for name, table in resources(cfn, "AWS::Glue::Table")
+        if on_by_default(cfn, table)
+        and any(names((((props(table).get("TableInput") or {}).get("StorageDescriptor")) or {}).get("Location"), b) for b in buckets)
+    ]
+
+
+def uses(ids, expression, metric):
+    """A metric-math expression uses the query that `ids` (metric name -> query id) names for `metric`."""
+    return metric in ids and re.search(rf"\b{re.escape(ids[metric])}\b", expression) is not None
+
+
+class DuplicateRatioHasAnAnomalyAlarm(ServicingRule):
+    id = "E9115"
+    shortdesc = "account-state's duplicate ratio pages through an anomaly-detection alarm"
+    description = (
+        "A fixed threshold on duplicates pages on every replay and misses a slow drift; the "
+        "ratio Duplicate / (Applied + Duplicate + ...) against an ANOMALY_DETECTION_BAND does "
+        "neither. AWS refuses SEARCH in alarms and anomaly models, so the ratio names its metrics."
+    )
+
+    def match(self, cfn):
+        out = []
+        found = False
+        for name, alarm in resources(cfn, "AWS::CloudWatch::Alarm"):
+            path = ["Resources", name, "Properties"]
+            queries = {q.get("Id"): q for q in as_list(props(alarm).get("Metrics") or []) if isinstance(q, dict)}
+            for qid, q in queries.items():
+                if "SEARCH(" in str(q.get("Expression", "")).upper().replace(" ", ""):
+                    out.append(self.problem(path + ["Metrics"], f"{name}/{qid}: AWS refuses a SEARCH expression in an alarm"))
+            band = queries.get(props(alarm).get("ThresholdMetricId")) or {}
+            m = re.match(r"\s*ANOMALY_DETECTION_BAND\(\s*(\w+)", str(band.get("Expression", "")))
+            if not m:
+                continue
+            numerator, slash, denominator = str((queries.get(m.group(1)) or {}).get("Expression", "")).partition("/")
+            ids = {}
+            for qid, q in queries.items():
+                metric = (q.get("MetricStat") or {}).get("Metric") or {}
+                if metric.get("Namespace") == LOAN and dimensions(metric.get("Dimensions")) == {"Consumer": "account-state"}:
+                    ids[metric.get("MetricName")] = qid
+            if not (slash and uses(ids, numerator, "Duplicate") and uses(ids, denominator, "Duplicate")
+                    and uses(ids, denominator, "Applied")):
+                continue
+            if props(alarm).get("ComparisonOperator") not in ("GreaterThanUpperThreshold", "LessThanLowerOrGreaterThanUpperThreshold"):
+                out.append(self.problem(path, f"{name} does not page when the duplicate ratio rises above its band"))
+            elif not on_by_default(cfn, alarm):
+                out.append(self.problem(["Resources", name], f"{name} is not created with the default parameters"))
+            else:
+                found = True
+        if not found:
+            out.append(self.problem(["Resources"], (
+                "no alarm pages on account-state's duplicate ratio: Duplicate / (Applied + Duplicate + ...) "
+                "of LoanServicing, Consumer=account-state, above an ANOMALY_DETECTION_BAND (ThresholdMetricId)"
+            )))
+        return out
+
+
+class DuplicateMoneyHasAMaterialityAlarm(ServicingRule):
+    id = "E9116"
+    shortdesc = "Money recognised as duplicate pages above a parameter threshold"
+    description = (
+        "A ratio says nothing about amounts: the Sum of DuplicateAmountMinor over "
+        "[Consumer=account-state, Currency] pages above a threshold the deployer sets (a parameter)."
+    )
+
+    def match(self, cfn):
+        out = []
+        found = False
+        for name, alarm in resources(cfn, "AWS::CloudWatch::Alarm"):
+            p = props(alarm)
+            dims = dimensions(p.get("Dimensions"))
+            if not (p.get("Namespace") == LOAN and p.get("MetricName") == "DuplicateAmountMinor"
+                    and set(dims) == {"Consumer", "Currency"} and dims["Consumer"] == "account-state"):
+                continue
+            path = ["Resources", name, "Properties"]
+            if p.get("Statistic") != "Sum":
+                out.append(self.problem(path, f"{name} must sum the duplicate amounts over its period"))
+            elif parameter(cfn, p.get("Threshold")) is None:
+                out.append(self.problem(path, f"{name}'s threshold is not a parameter: materiality is the deployer's to set"))
+            elif p.get("ComparisonOperator") not in ("GreaterThanThreshold", "GreaterThanOrEqualToThreshold"):
+                out.append(self.problem(path, f"{name} does not page above its threshold"))
+            elif not on_by_default(cfn, alarm):
+                out.append(self.problem(["Resources", name], f"{name} is not created with the default parameters"))
+            else:
+                found = True
+        if not found:
+            out.append(self.problem(["Resources"], (
+                "no materiality alarm: Sum of DuplicateAmountMinor (LoanServicing, Consumer=account-state, "
+                "Currency) above a parameter threshold"
+            )))
+        return out
+
+
+# What must be attributable, from account-state's decision records: (what, leading key,
+# aggregate, value).
+CONTRIBUTORS = [
+    ("top sources by duplicates", "$.sourceSystem", "Count", None),
+    ("top accounts by duplicates", "$.accountId", "Count", None),
+    ("top accounts by duplicate amount", "$.accountId", "Sum", "$.amountMinor"),
+]
+
+
+class DuplicatesHaveContributorInsights(ServicingRule):
+    id = "E9117"
+    shortdesc = "Contributor Insights names the sources and accounts behind duplicates"
+    description = (
+        "Enabled CloudWatchLogRule v1 rules over account-state's log group, filtered on "
+        "verdict duplicate: top sources and accounts by count, top accounts by Sum of amountMinor."
+    )
+
+    def match(self, cfn):
+        out = []
+        fn_name, fn = account_state(cfn)
+        lg = own_log_group(cfn, fn) if fn else None
+        if lg is None:
+            out.append(self.problem(["Resources", fn_name] if fn_name else ["Resources"],
+                                    "account-state has no log group of its own (LoggingConfig.LogGroup) for Contributor Insights to read"))
+        rules = []
+        for name, rule in resources(cfn, "AWS::CloudWatch::InsightRule"):
+            p = props(rule)
+            try:
+                body = json.loads(text(p.get("RuleBody")) or "")
+            except ValueError:
+                out.append(self.problem(["Resources", name, "Properties", "RuleBody"], f"{name}'s RuleBody is not a JSON string"))
+                continue
+            if not isinstance(body, dict):
+                continue
+            contribution = body.get("Contribution") or {}
+            duplicates = any(f.get("Match") == "$.verdict" and "duplicate" in as_list(f.get("In") or [])
+                             for f in as_list(contribution.get("Filters") or []) if isinstance(f, dict))
+            ok = (
+                body.get("Schema") == {"Name": "CloudWatchLogRule", "Version": 1}
+                and lg is not None and any(names(g, lg) for g in as_list(body.get("LogGroupNames") or []))
+                and duplicates and p.get("RuleState") == "ENABLED" and on_by_default(cfn, rule)
+            )
+            if ok:
+                keys = as_list(contribution.get("Keys") or [])
+                rules.append((keys[0] if keys else None, body.get("AggregateOn"), contribution.get("ValueOf")))
+        for what, key, aggregate, value in CONTRIBUTORS:
+            if (key, aggregate, value) not in rules:
+                out.append(self.problem(["Resources"], (
+                    f"no enabled Contributor Insights rule for {what}: CloudWatchLogRule v1 over account-state's "
+                    f"log group, Filters $.verdict In [duplicate], Keys [{key}, ...], AggregateOn {aggregate}"
+                    + (f", ValueOf {value}" if value else "")
+                )))
+        return out
+
+
+class _PagesOnReported(ServicingRule):
+    """Every (metric, consumer) in `required` has an alarm paging as soon as it is above 0."""
+
+    required: tuple = ()
+    missing_data = None
+    missing_data_why = ""
+
+    def faults(self, cfn, name, alarm, metric):
+        p = props(alarm)
+        if number(cfn, p.get("Threshold")) != 0 or p.get("ComparisonOperator") != "GreaterThanThreshold":
+            return f"{name} must page on any {metric} (> 0)"
+        if self.missing_data and p.get("TreatMissingData") != self.missing_data:
+            return f"{name}: TreatMissingData must be {self.missing_data} ({self.missing_data_why})"
+        if not on_by_default(cfn, alarm):
+            return f"{name} is not created with the default parameters"
+        return None
+
+    def match(self, cfn):
+        out = []
+        alarms = list(resources(cfn, "AWS::CloudWatch::Alarm"))
+        for metric, consumer in self.required:
+            found = [(n, self.faults(cfn, n, a, metric)) for n, a in alarms if watches(a, metric, Consumer=consumer)]
+            if not found:
+                out.append(self.problem(["Resources"], f"no alarm pages on {metric} > 0 (LoanServicing, Consumer={consumer})"))
+            elif all(fault for _, fault in found):
+                out.extend(self.problem(["Resources", n, "Properties"], fault) for n, fault in found)
+        return out
+
+
+class QuarantinesPage(_PagesOnReported):
+    id = "E9118"
+    shortdesc = "Every consumer's quarantine pages"
+    description = (
+        "A quarantined delivery has no effect until a person redrives it: the relay's "
+        "(RelayQuarantined), collections' and account-state's (Quarantined) each page above 0."
+    )
+    required = (("RelayQuarantined", "outbox-relay"), ("Quarantined", "collections"), ("Quarantined", "account-state"))
+
+
+class ReconcilerFindingsPage(_PagesOnReported):
+    id = "E9119"
+    shortdesc = "The reconciler's money and stuck-work findings page"
+    description = (
+        "API payments answered 202 but not applied (AcceptedNotApplied), parked facts ready but "
+        "not released (ReadyNotReleased) and collections actions stuck PENDING "
+        "(ActionsPendingTooLong) each page above 0; a day without the metric is not theirs to "
+        "report (ReconciliationAlarm treats a missing run as breaching)."
+    )
+    required = (("AcceptedNotApplied", "reconciler"), ("ReadyNotReleased", "reconciler"), ("ActionsPendingTooLong", "reconciler"))
+    missing_data = "notBreaching"
+    missing_data_why = "the daily metric is absent between runs; a run that did not happen is ReconciliationAlarm's"
+
+
+class ConsumerLogsAreArchived(ServicingRule):
+    id = "E9120"
+    shortdesc = "Every consumer's decision records are subscribed to a Firehose stream"
+    description = (
+        "Each function deciding on deliveries (SQS, stream, API, EventBridge) logs to a log group "
+        "of its own with a subscription filter selecting the decision records "
+        "({ $.kind = \"decision\" }) to a Firehose delivery stream of the stack."
+    )
+
+    def match(self, cfn):
+        out = []
+        all_res = cfn.template.get("Resources") or {}
+        subs = [(n, s) for n, s in resources(cfn, "AWS::Logs::SubscriptionFilter") if on_by_default(cfn, s)]
+        for name, fn in functions(cfn):
+            if not list(events_of(fn, *DELIVERY_EVENTS)):
+                continue
+            lg = own_log_group(cfn, fn)
+            if lg is None:
+                out.append(self.problem(["Resources", name, "Properties"],
+                                        f"{name} has no log group of its own (LoggingConfig.LogGroup): its decision records cannot be archived"))
+                continue
+            archived = any(
+                logical_id(props(s).get("LogGroupName")) == lg
+                and re.search(r'\$\.kind\s*=\s*"decision"', str(props(s).get("FilterPattern", "")))
+                and (all_res.get(logical_id(props(s).get("DestinationArn"))) or {}).get("Type") == "AWS::KinesisFirehose::DeliveryStream"
+                for _, s in subs
+            )
+            if not archived:
+                out.append(self.problem(["Resources", lg], (
+                    f"no subscription filter sends {name}'s decision records ({lg}, pattern "
+                    "{ $.kind = \"decision\" }) to a Firehose delivery stream"
+                )))
+        return out
+
+
+class EvidenceLandsInObjectLock(ServicingRule):
+    id = "E9121"
+    shortdesc = "The decision records' stream writes raw JSON lines to a retained Object-Lock bucket"
+    description = (
+        "The stream is a DirectPut one (CloudWatch Logs puts records), decompresses and extracts "
+        "the log messages (else objects hold gzipped CloudWatch envelopes), partitions by consumer, "
+        "keeps its errors apart, and writes to a bucket that cannot lose them: Object Lock with a "
+        "default retention, versioning, retained on stack deletion, private, encrypted, TLS only."
+    )
+
+    def match(self, cfn):
+        out = []
+        all_res = cfn.template.get("Resources") or {}
+        streams = archive_streams(cfn)
+        if not streams:
+            out.append(self.problem(["Resources"], "no Firehose delivery stream receives the decision records (E9120's subscription filters)"))
+        for name, stream in streams.items():
+            p = props(stream)
+            path = ["Resources", name, "Properties"]
+            if p.get("DeliveryStreamType", "DirectPut") != "DirectPut":
+                out.append(self.problem(path, f"{name}: CloudWatch Logs puts records to a DirectPut stream, not {p['DeliveryStreamType']}"))
+            s3 = p.get("ExtendedS3DestinationConfiguration")
+            if not isinstance(s3, dict):
+                out.append(self.problem(path, f"{name} has no ExtendedS3DestinationConfiguration"))
+                continue
+            processing = s3.get("ProcessingConfiguration") or {}
+            processors = {
+                pr.get("Type"): {x.get("ParameterName"): x.get("ParameterValue") for x in as_list(pr.get("Parameters") or [])}
+                for pr in as_list(processing.get("Processors") or []) if isinstance(pr, dict)
+            }
+            if not truthy(processing.get("Enabled")) or (processors.get("Decompression") or {}).get("CompressionFormat") != "GZIP" \
+                    or not truthy((processors.get("CloudWatchLogProcessing") or {}).get("DataMessageExtraction")):
+                out.append(self.problem(path, (
+                    f"{name} must decompress (Decompression GZIP) and extract the messages (CloudWatchLogProcessing "
+                    "DataMessageExtraction true): the objects would hold gzipped CloudWatch Logs envelopes"
+                )))
+            if "partitionKeyFromQuery:consumer" not in str(s3.get("Prefix", "")) \
+                    or ".consumer" not in str((processors.get("MetadataExtraction") or {}).get("MetadataExtractionQuery", "")) \
+                    or not truthy((s3.get("DynamicPartitioningConfiguration") or {}).get("Enabled")):
+                out.append(self.problem(path, f"{name} must partition by consumer (MetadataExtraction .consumer, dynamic partitioning, Prefix ...consumer=!{{partitionKeyFromQuery:consumer}}/)"))
+            if not s3.get("ErrorOutputPrefix"):
+                out.append(self.problem(path, f"{name} has no ErrorOutputPrefix: failed records would mix with the evidence"))
+            bucket_name = logical_id(s3.get("BucketARN"))
+            bucket = all_res.get(bucket_name)
+            if not (isinstance(bucket, dict) and bucket.get("Type") == "AWS::S3::Bucket"):
+                out.append(self.problem(path, f"{name} does not write to a bucket of this stack"))
+                continue
+            b = props(bucket)
+            bpath = ["Resources", bucket_name]
+            lock = b.get("ObjectLockConfiguration") or {}
+            retention = ((lock.get("Rule") or {}).get("DefaultRetention")) or {}
+            if not truthy(b.get("ObjectLockEnabled")) or lock.get("ObjectLockEnabled") != "Enabled" \
+                    or not retention.get("Mode") or not (retention.get("Days") or retention.get("Years")):
+                out.append(self.problem(bpath, f"{bucket_name} has no Object Lock with a default retention (Mode and Days or Years)"))
+            if (b.get("VersioningConfiguration") or {}).get("Status") != "Enabled":
+                out.append(self.problem(bpath, f"{bucket_name} is not versioned"))
+            if bucket.get("DeletionPolicy") != "Retain" or bucket.get("UpdateReplacePolicy") != "Retain":
+                out.append(self.problem(bpath, f"{bucket_name} must be retained (DeletionPolicy and UpdateReplacePolicy Retain)"))
+            block = b.get("PublicAccessBlockConfiguration") or {}
+            if not all(truthy(block.get(k)) for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")):
+                out.append(self.problem(bpath, f"{bucket_name} does not block public access"))
+            if not b.get("BucketEncryption"):
+                out.append(self.problem(bpath, f"{bucket_name} has no default encryption"))
+            tls_only = any(
+                logical_id(props(bp).get("Bucket")) == bucket_name
+                and any(st.get("Effect") == "Deny"
+                        and str(((st.get("Condition") or {}).get("Bool") or {}).get("aws:SecureTransport")).lower() == "false"
+                        for st in as_list((props(bp).get("PolicyDocument") or {}).get("Statement") or []) if isinstance(st, dict))
+                for _, bp in resources(cfn, "AWS::S3::BucketPolicy")
+            )
+            if not tls_only:
+                out.append(self.problem(bpath, f"no bucket policy denies {bucket_name} without TLS (aws:SecureTransport false)"))
+        return out
+
+
+class EvidenceHasAGlueTable(ServicingRule):
+    id = "E9122"
+    shortdesc = "A Glue table reads the evidence bucket, one column per decision-record field"
+    description = (
+        "JSON SerDe (org.openx.data.jsonserde.JsonSerDe), partition keys date and consumer with "
+        "partition projection (no crawler) listing every consumer, in a Glue database of the "
+        "stack, and a column for every property of docs/decision-record.schema.json (consumer is "
+        "the partition key)."
+    )
+
+    def match(self, cfn):
+        out = []
+        all_res = cfn.template.get("Resources") or {}
+        tables = archive_tables(cfn)
+        if not tables:
+            out.append(self.problem(["Resources"], "no Glue table reads the evidence bucket (StorageDescriptor.Location on the archive stream's bucket)"))
+        fields = list((json.loads(SCHEMA.read_text()).get("properties") or {}))
+        for name, table in tables:
+            path = ["Resources", name, "Properties", "TableInput"]
+            ti = props(table).get("TableInput") or {}
+            sd = ti.get("StorageDescriptor") or {}
+            if (sd.get("SerdeInfo") or {}).get("SerializationLibrary") != "org.openx.data.jsonserde.JsonSerDe":
+                out.append(self.problem(path, f"{name} must read JSON lines with org.openx.data.jsonserde.JsonSerDe"))
+            partitions = [str(k.get("Name", "")).lower() for k in as_list(ti.get("PartitionKeys") or []) if isinstance(k, dict)]
+            if sorted(partitions) != ["consumer", "date"]:
+                out.append(self.problem(path, f"{name}'s partition keys must be date and consumer (the stream's prefix), not {partitions}"))
+            parameters = ti.get("Parameters") or {}
+            if not truthy(parameters.get("projection.enabled")):
+                out.append(self.problem(path, f"{name} has no partition projection (projection.enabled): new days would need a crawler"))
+            elif parameters.get("projection.consumer.type") == "enum":
+                # A consumer is named as its binary (the records' `consumer`): one not listed is never read.
+                listed = set(str(parameters.get("projection.consumer.values", "")).split(","))
+                unlisted = sorted({
+                    ((fn.get("Metadata") or {}).get("BuildProperties") or {}).get("Binary")
+                    for _, fn in functions(cfn) if list(events_of(fn, *DELIVERY_EVENTS))
+                } - {None} - listed)
+                if unlisted:
+                    out.append(self.problem(path, f"{name}'s projection.consumer.values leaves out {', '.join(unlisted)}: their records are never read"))
+            columns = {str(c.get("Name", "")).lower() for c in as_list(sd.get("Columns") or []) if isinstance(c, dict)}
+            missing = [f for f in fields if f.lower() not in columns | set(partitions)]
+            if missing:
+                out.append(self.problem(path, f"{name} has no column for the decision-record fields {', '.join(missing)} ({SCHEMA.name})"))
+            db = all_res.get(logical_id(props(table).get("DatabaseName")))
+            if not (isinstance(db, dict) and db.get("Type") == "AWS::Glue::Database"):
+                out.append(self.problem(path, f"{name} is not in a Glue database of this stack"))
+        return out
+
+
+# The runbook's questions (README, "evidence") and what a query answering each says, lower-case
+# and without comments.
+RUNBOOK_QUERIES = {
+    "duplicates by source": [r"'duplicate'", r"group by\s+sourcesystem"],
+    "accounts a source touched, with their money": [r"sourcesystem\s*=\s*\?", r"amountminor", r"group by\s+accountid"],
+    "collisions with both fingerprints": [r"'collision'", r"fingerprint[\s\S]+fingerprint"],
+    "suspected duplicates under different identities (same contentKey)": [r"contentkey", r"sourceeventid", r"having"],
+    "all decision records of one account": [r"accountid\s*=\s*\?"],
+}
+
+
+class RunbookHasItsQueries(ServicingRule):
+    id = "E9123"
+    shortdesc = "The runbook's Athena named queries exist over the evidence table, each bounded by date"
+    description = (
+        "Duplicates by source, the accounts a source touched with their money, collisions with "
+        "both fingerprints, one content key under different identities, all of one account's "
+        "records: saved queries on the evidence table's database, each bounding the \"date\" "
+        "partition (else a query reads the whole archive)."
+    )
+
+    def match(self, cfn):
+        out = []
+        databases = {logical_id(props(t).get("DatabaseName")) for _, t in archive_tables(cfn)} - {None}
+        queries = []
+        for name, q in resources(cfn, "AWS::Athena::NamedQuery"):
+            p = props(q)
+            if not on_by_default(cfn, q) or not any(names(p.get("Database"), db) for db in databases):
+                continue
+            sql = re.sub(r"--[^\n]*", "", str(text(p.get("QueryString")) or "")).lower()
+            if not re.search(r'"date"\s*(between|>=|>|=|in)', sql):
+                out.append(self.problem(["Resources", name, "Properties", "QueryString"], f"{name} does not bound \"date\": it reads the whole archive"))
+                continue
+            queries.append(sql)
+        for what, patterns in RUNBOOK_QUERIES.items():
+            if not any(all(re.search(pat, sql) for pat in patterns) for sql in queries):
+                out.append(self.problem(["Resources"], f"no Athena named query on the evidence table's database answers \"{what}\""))
         return out

@@ -9,10 +9,11 @@ use integration_tests::servicing::{Servicing, sqs_message};
 use payments_api_handler::PaymentsApi;
 use serde_json::json;
 use servicing_consumer::MessageResult;
-use servicing_ops::money::{parse_settlement, reconcile_money};
+use servicing_ops::money::{Grace, parse_settlement, reconcile_money};
 
 on_both_engines!(
-    when_a_payment_is_accepted_but_never_applied_or_resent_under_new_ids_should_name_each_and_change_nothing
+    when_a_payment_is_accepted_but_never_applied_or_resent_under_new_ids_should_name_each_and_change_nothing,
+    when_a_collections_action_stays_unsettled_past_its_grace_should_name_it_unless_a_lease_holds_it,
 );
 
 fn post(key: &str, body: &str) -> lambda_http::Request {
@@ -92,9 +93,18 @@ async fn when_a_payment_is_accepted_but_never_applied_or_resent_under_new_ids_sh
         parse_settlement("source,date,currency,total\nprov-a,2026-11-02,EUR,10000.00\n")
             .expect("settlement");
     let now = servicing_ops::epoch_seconds();
-    let money = reconcile_money(&servicing.client, &servicing.table, &settlement, now, 0)
-        .await
-        .expect("reconcile");
+    let money = reconcile_money(
+        &servicing.client,
+        &servicing.table,
+        &settlement,
+        now,
+        Grace {
+            accepted_secs: 0,
+            ..Grace::default()
+        },
+    )
+    .await
+    .expect("reconcile");
     let lines = money.lines().join("\n");
 
     // The accepted payment that never applied is named, with its operation id and amount.
@@ -144,12 +154,101 @@ async fn when_a_payment_is_accepted_but_never_applied_or_resent_under_new_ids_sh
     assert_eq!(servicing.loan(account).await.expect("account"), before);
 
     // Within the grace period the lost payment is only "in flight": the rest still fails.
-    let grace = reconcile_money(&servicing.client, &servicing.table, &[], now, 3600)
-        .await
-        .expect("reconcile");
+    let grace = reconcile_money(
+        &servicing.client,
+        &servicing.table,
+        &[],
+        now,
+        Grace {
+            accepted_secs: 3600,
+            ..Grace::default()
+        },
+    )
+    .await
+    .expect("reconcile");
     assert!(
         grace.not_applied[0].in_flight && grace.holds(),
         "{:?}",
         grace.lines()
+    );
+}
+
+async fn when_a_collections_action_stays_unsettled_past_its_grace_should_name_it_unless_a_lease_holds_it(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let now = servicing_ops::epoch_seconds();
+    let two_hours_ago = now - 2 * 3600;
+    // Written as collections writes them: PENDING, SENDING under a live lease, SENDING whose
+    // lease ran out, SENT; and a PENDING one created a minute ago.
+    let put = |id: &str, created: i64, status: &str, lease_until: Option<i64>| {
+        let intent = servicing_store::ActionIntent {
+            action_id: id.into(),
+            account_id: servicing_domain::AccountId::parse("acc_actions").expect("id"),
+            event_id: format!("evt_{id}"),
+            payload: json!({"notice": "dpd_30"}),
+        };
+        let mut item = servicing_store::items::action_item(&intent, created).expect("item");
+        item.insert(
+            "status".into(),
+            aws_sdk_dynamodb::types::AttributeValue::S(status.into()),
+        );
+        if let Some(until) = lease_until {
+            item.insert(
+                "leaseUntil".into(),
+                aws_sdk_dynamodb::types::AttributeValue::N(until.to_string()),
+            );
+        }
+        let client = servicing.client.clone();
+        let table = servicing.table.clone();
+        async move {
+            client
+                .put_item()
+                .table_name(table)
+                .set_item(Some(item))
+                .send()
+                .await
+                .expect("put");
+        }
+    };
+    put("stuck-pending", two_hours_ago, "PENDING", None).await;
+    put("leased", two_hours_ago, "SENDING", Some((now + 60) * 1000)).await;
+    put(
+        "lease-ran-out",
+        two_hours_ago,
+        "SENDING",
+        Some((now - 600) * 1000),
+    )
+    .await;
+    put("sent", two_hours_ago, "SENT", None).await;
+    put("fresh", now - 60, "PENDING", None).await;
+
+    let money = reconcile_money(
+        &servicing.client,
+        &servicing.table,
+        &[],
+        now,
+        Grace::default(),
+    )
+    .await
+    .expect("reconcile");
+    let mut stuck: Vec<&str> = money
+        .stuck_actions
+        .iter()
+        .map(|a| a.action_id.as_str())
+        .collect();
+    stuck.sort_unstable();
+    assert_eq!(
+        stuck,
+        ["lease-ran-out", "stuck-pending"],
+        "{:?}",
+        money.lines()
+    );
+    assert!(!money.holds());
+    assert!(
+        money
+            .lines()
+            .iter()
+            .any(|l| l.contains("collections actions stuck: 2"))
     );
 }

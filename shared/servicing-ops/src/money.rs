@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use chrono::NaiveDate;
 use servicing_domain::outbox::detail_types;
 use servicing_domain::{SourceRef, StoredAllocation};
-use servicing_store::schema::{self, ClaimRecord, IdempotencyRecord, OutboxEvent};
+use servicing_store::schema::{self, ActionItem, ClaimRecord, IdempotencyRecord, OutboxEvent};
+use servicing_store::{ServicingStore, StoreConfig};
 
 use crate::scan_types;
 
@@ -62,6 +63,36 @@ pub struct SuspectedDuplicate {
     pub occurred_at: String,
 }
 
+/// A collections action not settled (`PENDING`, or `SENDING` with no one left to finish it)
+/// longer than the grace: a customer notice that is not going out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StuckAction {
+    pub action_id: String,
+    pub account_id: String,
+    pub event_id: String,
+    pub status: String,
+    pub attempts: u64,
+    pub age_secs: i64,
+}
+
+/// How long things may take before they are named as problems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grace {
+    /// An accepted API payment is in flight this long (the relay and the queue deliver it).
+    pub accepted_secs: i64,
+    /// A collections action may stay unsettled this long (its retries included).
+    pub action_secs: i64,
+}
+
+impl Default for Grace {
+    fn default() -> Self {
+        Self {
+            accepted_secs: 15 * 60,
+            action_secs: 60 * 60,
+        }
+    }
+}
+
 /// A provider's settlement total for one source, date and currency.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
@@ -77,6 +108,10 @@ pub struct MoneyReconciliation {
     pub suspected_duplicates: Vec<SuspectedDuplicate>,
     /// Per settlement line: the table's net minus the provider's total.
     pub variances: Vec<(Settlement, i64)>,
+    /// Parked facts ready (their awaited fact applied) and not released past
+    /// `parked::READY_GRACE_SECS` (`ParkedView::line`).
+    pub ready_too_long: Vec<String>,
+    pub stuck_actions: Vec<StuckAction>,
     pub problems: Vec<String>,
 }
 
@@ -139,6 +174,11 @@ impl MoneyReconciliation {
                 d.occurred_at
             ));
         }
+        out.push(format!(
+            "parked facts ready but not released: {}; collections actions stuck: {}",
+            self.ready_too_long.len(),
+            self.stuck_actions.len()
+        ));
         out.extend(self.problems.iter().map(|p| format!("PROBLEM: {p}")));
         out.push(
             if self.holds() {
@@ -199,19 +239,25 @@ pub fn parse_settlement(csv: &str) -> anyhow::Result<Vec<Settlement>> {
     Ok(out)
 }
 
-/// Reconciles the money of `table` at `now` (epoch s): API payments accepted more than
-/// `grace_secs` ago must be applied.
+/// Reconciles the money of `table` at `now` (epoch s): API payments accepted longer than the
+/// grace ago must be applied, actions unsettled past theirs are stuck, ready parked facts must
+/// have been released. One scan pass, plus the loan items that hold parked facts.
 pub async fn reconcile_money(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     settlement: &[Settlement],
     now: i64,
-    grace_secs: i64,
+    grace: Grace,
 ) -> anyhow::Result<MoneyReconciliation> {
+    let grace_secs = grace.accepted_secs;
     let mut items = scan_types(
         client,
         table,
-        &[ClaimRecord::ITEM_TYPE, IdempotencyRecord::ITEM_TYPE],
+        &[
+            ClaimRecord::ITEM_TYPE,
+            IdempotencyRecord::ITEM_TYPE,
+            ActionItem::ITEM_TYPE,
+        ],
     )
     .await?;
     let mut report = MoneyReconciliation::default();
@@ -361,6 +407,58 @@ pub async fn reconcile_money(
                 t.reversals += 1;
                 t.reversed_minor += amount;
             }
+        }
+    }
+
+    // Collections actions that should have settled by now.
+    for item in items.remove(ActionItem::ITEM_TYPE).unwrap_or_default() {
+        let action: ActionItem = match schema::from_item(item) {
+            Ok(a) => a,
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("an action item does not decode: {e}"));
+                continue;
+            }
+        };
+        let age_secs = now - action.created_at;
+        // SENDING holds a lease: stuck only once the lease has run out.
+        let leased = action.status == "SENDING"
+            && action.lease_until.is_some_and(|until| until > now * 1000);
+        if matches!(action.status.as_str(), "PENDING" | "SENDING")
+            && !leased
+            && age_secs > grace.action_secs
+        {
+            report.problems.push(format!(
+                "collections action {} on {} ({}) is {} after {} attempts, {} min old",
+                action.action_id,
+                action.account_id,
+                action.event_id,
+                action.status,
+                action.attempts,
+                age_secs / 60
+            ));
+            report.stuck_actions.push(StuckAction {
+                action_id: action.action_id,
+                account_id: action.account_id,
+                event_id: action.event_id,
+                status: action.status,
+                attempts: action.attempts,
+                age_secs,
+            });
+        }
+    }
+
+    // Parked facts whose awaited fact applied, never released.
+    let store = ServicingStore::new(client.clone(), StoreConfig::new(table, "account-state"));
+    for view in crate::parked::list(&store).await? {
+        if view.fact.awaits.is_none() && now - view.fact.parked_at > crate::parked::READY_GRACE_SECS
+        {
+            report.problems.push(format!(
+                "a parked fact is ready but not released: {}",
+                view.line()
+            ));
+            report.ready_too_long.push(view.line());
         }
     }
 

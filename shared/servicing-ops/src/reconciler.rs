@@ -1,5 +1,6 @@
-//! The scheduled reconciler's daily run: take off the parked facts that will not apply, then
-//! reconcile the last window of account-state, as metrics that alarm when non-zero.
+//! The scheduled reconciler's daily run: take off the parked facts that will not apply,
+//! reconcile the last window of account-state, then its money (accepted API payments applied,
+//! collections actions settled), as metrics that alarm when non-zero.
 
 use std::time::Duration;
 
@@ -52,8 +53,8 @@ impl Config {
     }
 }
 
-/// A run's figures, as EMF metrics (`ReconciliationProblems`, `ParkedExpired` and
-/// `ReadyNotReleased` alarm).
+/// A run's figures, as EMF metrics (`ReconciliationProblems`, `ParkedExpired`,
+/// `ReadyNotReleased`, `AcceptedNotApplied` and `ActionsPendingTooLong` alarm).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunCounts {
     pub reconciliation_problems: u64,
@@ -61,16 +62,25 @@ pub struct RunCounts {
     pub parked_expired: u64,
     pub still_parked: u64,
     pub ready_not_released: u64,
+    /// API payments answered 202 and not applied after the grace (`money::Grace`).
+    pub accepted_not_applied: u64,
+    /// Collections actions unsettled after their grace.
+    pub actions_pending_too_long: u64,
+    /// Applied payments sharing a content key under different identities (for a person).
+    pub suspected_duplicates: u64,
 }
 
 impl RunCounts {
-    pub fn metrics(&self) -> [(&'static str, u64); 5] {
+    pub fn metrics(&self) -> [(&'static str, u64); 8] {
         [
             ("ReconciliationProblems", self.reconciliation_problems),
             ("ReconciledApplied", self.reconciled_applied),
             ("ParkedExpired", self.parked_expired),
             ("StillParked", self.still_parked),
             ("ReadyNotReleased", self.ready_not_released),
+            ("AcceptedNotApplied", self.accepted_not_applied),
+            ("ActionsPendingTooLong", self.actions_pending_too_long),
+            ("SuspectedDuplicates", self.suspected_duplicates),
         ]
     }
 }
@@ -134,16 +144,52 @@ pub async fn run_at(
         tracing::info!(line, "reconciliation");
     }
     problems.extend(report.problems.iter().cloned());
+    // The money: accepted API payments applied, actions settled (ready facts were handled above).
+    let money = crate::money::reconcile_money(
+        store.client(),
+        &config.table,
+        &[],
+        now,
+        crate::money::Grace::default(),
+    )
+    .await?;
+    let not_applied: Vec<&crate::money::NotApplied> =
+        money.not_applied.iter().filter(|n| !n.in_flight).collect();
+    for n in &not_applied {
+        tracing::error!(
+            alert = "accepted_not_applied",
+            operation = %n.operation_id,
+            account = %n.account_id,
+            state = %n.state,
+            "an API payment answered 202 is not applied"
+        );
+    }
+    for a in &money.stuck_actions {
+        tracing::error!(
+            alert = "actions_pending_too_long",
+            action = %a.action_id,
+            account = %a.account_id,
+            status = %a.status,
+            attempts = a.attempts,
+            "a collections action is not settled"
+        );
+    }
     let counts = RunCounts {
         reconciliation_problems: problems.len() as u64,
         reconciled_applied: report.applied,
         parked_expired: expiry.missing + expiry.mismatched,
         still_parked: expiry.still_parked,
         ready_not_released: expiry.ready.len() as u64,
+        accepted_not_applied: not_applied.len() as u64,
+        actions_pending_too_long: money.stuck_actions.len() as u64,
+        suspected_duplicates: money.suspected_duplicates.len() as u64,
     };
     servicing_telemetry::emit("reconciler", &counts.metrics());
     Ok(json!({
-        "holds": report.holds() && problems.is_empty(),
+        "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty(),
+        "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
+        "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),
+        "suspectedDuplicates": money.suspected_duplicates.len(),
         "problems": problems,
         "parkedExpired": {"missing": expiry.missing, "mismatched": expiry.mismatched},
         "stillParked": expiry.still_parked,

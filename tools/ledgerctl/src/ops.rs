@@ -32,6 +32,10 @@ pub struct ReconcileArgs {
     /// not as missing.
     #[arg(long, default_value_t = 15, requires = "money", value_parser = clap::value_parser!(i64).range(0..=24 * 60))]
     grace_minutes: i64,
+    /// With --money: a collections action still PENDING (or SENDING past its lease) this long
+    /// after it was created is named as stuck.
+    #[arg(long, default_value_t = 60, requires = "money", value_parser = clap::value_parser!(i64).range(0..=24 * 60 * 30))]
+    action_grace_minutes: i64,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -166,7 +170,10 @@ fn reconcile_money(args: &ReconcileArgs) -> anyhow::Result<bool> {
             &args.table.table,
             &settlement,
             servicing_ops::epoch_seconds(),
-            args.grace_minutes * 60,
+            servicing_ops::money::Grace {
+                accepted_secs: args.grace_minutes * 60,
+                action_secs: args.action_grace_minutes * 60,
+            },
         )
         .await?;
         for line in report.lines() {
