@@ -385,6 +385,53 @@ def write_env(outputs: dict[str, str]) -> Path:
     return path
 
 
+DECIDING_FUNCTIONS = ["AccountState", "OutboxRelay", "Collections", "PaymentsApi"]
+
+
+def collect_decisions(outputs: dict[str, str], since_ms: int) -> Path:
+    """The run's decision records from the deciding functions' log groups: what the
+    subscription filters archive on AWS (MiniStack stores the filters but delivers nothing)."""
+    logs, lam = client("logs"), client("lambda")
+    path = LOCAL / "decision-records.jsonl"
+    lines = []
+    for name in DECIDING_FUNCTIONS:
+        function = outputs[f"{name}FunctionName"]
+        config = lam.get_function_configuration(FunctionName=function)
+        group = (config.get("LoggingConfig") or {}).get("LogGroup") or f"/aws/lambda/{function}"
+        for page in logs.get_paginator("filter_log_events").paginate(logGroupName=group, startTime=since_ms):
+            for event in page.get("events", []):
+                message = event.get("message", "").strip()
+                if '"kind":"decision"' in message:
+                    lines.append(message)
+    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+    return path
+
+
+def incident_report(table: str, records: Path, since: float) -> bool:
+    """`ledgerctl incident` over this run: its HTML and JSON, and the summary lines."""
+    window = [
+        "--from", datetime.datetime.fromtimestamp(since - 60, datetime.timezone.utc).isoformat(timespec="seconds"),
+        "--to", datetime.datetime.fromtimestamp(time.time() + 60, datetime.timezone.utc).isoformat(timespec="seconds"),
+    ]
+    ok = True
+    for fmt in ("json", "html"):
+        out = LOCAL / f"incident.{fmt}"
+        result = subprocess.run(
+            ["cargo", "run", "--quiet", "--locked", "-p", "ledgerctl", "--", "incident", *window,
+             "--records", str(records), "--table", table, "--format", fmt, "--out", str(out)],
+            cwd=ROOT, capture_output=True, text=True,
+        )
+        # Exit 1: written, with collisions or suspected duplicates for a person to judge.
+        ok &= result.returncode in (0, 1) and out.exists()
+        if fmt == "html":
+            for line in result.stderr.strip().splitlines():
+                print(f"   {line}")
+        elif result.returncode not in (0, 1):
+            print(result.stderr.strip())
+    print(f"   incident report: {LOCAL / 'incident.html'} (JSON: {LOCAL / 'incident.json'})")
+    return ok
+
+
 def main() -> int:
     started = time.time()
     notification_url = start_receiver()
@@ -464,6 +511,13 @@ def main() -> int:
         cwd=ROOT,
     )
     ok &= money.returncode == 0
+    step("this run's decision records, from the deciding functions' logs (on AWS: the evidence bucket)")
+    records = collect_decisions(outputs, since_ms=int(started * 1000))
+    collected = sum(1 for _ in records.open())
+    print(f"   {collected} decision records -> {records}")
+    ok &= collected >= len(bodies)
+    step("the run's incident report (ledgerctl incident over this run's window)")
+    ok &= incident_report(table, records, started)
     step("the deployed scheduled reconciler, invoked once")
     answer = json.loads(client("lambda").invoke(FunctionName=outputs["ReconcilerFunctionName"])["Payload"].read() or b"{}")
     print(f"   {answer}")
