@@ -421,13 +421,10 @@ def incident_report(table: str, records: Path, since: float) -> bool:
              "--records", str(records), "--table", table, "--format", fmt, "--out", str(out)],
             cwd=ROOT, capture_output=True, text=True,
         )
-        # Exit 1: written, with collisions or suspected duplicates for a person to judge.
-        ok &= result.returncode in (0, 1) and out.exists()
-        if fmt == "html":
+        ok &= result.returncode == 0 and out.exists()
+        if fmt == "html" or result.returncode != 0:
             for line in result.stderr.strip().splitlines():
                 print(f"   {line}")
-        elif result.returncode not in (0, 1):
-            print(result.stderr.strip())
     print(f"   incident report: {LOCAL / 'incident.html'} (JSON: {LOCAL / 'incident.json'})")
     return ok
 

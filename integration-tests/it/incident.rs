@@ -178,6 +178,18 @@ async fn when_a_provider_redelivers_and_resends_under_new_ids_should_reconstruct
     let t = truth.entry(account(0)).or_default();
     t.deliveries += 1;
     t.collisions += 1;
+    // An invalid payment (negative amount): quarantined undecodable, no account in its record;
+    // its quarantine item names the account.
+    let invalid = pay("prov-b", "pb-bad", &account(1), -5);
+    deliver(
+        &handler,
+        "bad",
+        std::slice::from_ref(&invalid),
+        window_from + Duration::minutes(27),
+        &mut lines,
+    )
+    .await;
+    truth.entry(account(1)).or_default().deliveries += 1;
     // After the window: one more payment that no report of the window may count.
     let late = pay("prov-a", "pa-late", &account(1), 777);
     deliver(
@@ -269,7 +281,26 @@ async fn when_a_provider_redelivers_and_resends_under_new_ids_should_reconstruct
         totals["suspectedDuplicateAmountMinor"],
         amount_a(3) + amount_a(7)
     );
-    assert_eq!(totals["deliveries"], 20 + 2 + 5 + 1);
+    assert_eq!(totals["deliveries"], 20 + 2 + 5 + 1 + 1);
+    assert_eq!(
+        json["unattributed"],
+        json!([]),
+        "attributed from its quarantine item"
+    );
+    let acc1 = json["accounts"]
+        .as_array()
+        .expect("as the run wrote it")
+        .iter()
+        .find(|a| a["accountId"] == account(1))
+        .expect("as the run wrote it");
+    assert_eq!(acc1["quarantined"], 1);
+    assert!(
+        acc1["facts"]
+            .as_array()
+            .expect("as the run wrote it")
+            .iter()
+            .any(|f| f["accountFromQuarantine"] == true && f["verdict"] == "quarantined")
+    );
     assert_eq!(totals["bySource"]["prov-b"]["collisions"], 1);
     assert_eq!(totals["bySource"]["prov-b"]["duplicates"], 0);
 

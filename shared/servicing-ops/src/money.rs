@@ -55,8 +55,11 @@ pub struct NotApplied {
 /// different identities.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SuspectedDuplicate {
+    /// Applied first (by `claimedAt`).
     pub first: SourceRef,
     pub second: SourceRef,
+    /// When the second was applied (epoch s).
+    pub second_claimed_at: i64,
     pub account_id: String,
     pub amount_minor: i64,
     pub currency: String,
@@ -112,10 +115,17 @@ pub struct MoneyReconciliation {
     /// `parked::READY_GRACE_SECS` (`ParkedView::line`).
     pub ready_too_long: Vec<String>,
     pub stuck_actions: Vec<StuckAction>,
+    /// Items that do not decode (also in `problems`): the reconciliation cannot vouch for them.
+    pub unreadable: Vec<String>,
     pub problems: Vec<String>,
 }
 
 impl MoneyReconciliation {
+    fn unreadable_item(&mut self, problem: String) {
+        self.problems.push(problem.clone());
+        self.unreadable.push(problem);
+    }
+
     pub fn holds(&self) -> bool {
         self.problems.is_empty()
     }
@@ -268,9 +278,7 @@ pub async fn reconcile_money(
                 claims.insert(claim.source(), claim);
             }
             Ok(_) => {}
-            Err(e) => report
-                .problems
-                .push(format!("a fact's record does not decode: {e}")),
+            Err(e) => report.unreadable_item(format!("a fact's record does not decode: {e}")),
         }
     }
 
@@ -282,9 +290,7 @@ pub async fn reconcile_money(
         let record: IdempotencyRecord = match schema::from_item(item) {
             Ok(r) => r,
             Err(e) => {
-                report
-                    .problems
-                    .push(format!("an idempotency record does not decode: {e}"));
+                report.unreadable_item(format!("an idempotency record does not decode: {e}"));
                 continue;
             }
         };
@@ -294,7 +300,7 @@ pub async fn reconcile_money(
         report.accepted += 1;
         let events = OutboxEvent::decode(record.outbox.as_deref()).unwrap_or_default();
         let Some(detail) = events.first().map(|e| &e.detail) else {
-            report.problems.push(format!(
+            report.unreadable_item(format!(
                 "accepted command {} carries no event to apply",
                 record.idempotency_key
             ));
@@ -336,11 +342,13 @@ pub async fn reconcile_money(
 
     // Applied payments less reversals, by source, currency and business date.
     let mut by_content: BTreeMap<(String, i64, String, String), SourceRef> = BTreeMap::new();
-    for claim in claims.values().filter(|c| c.verdict == "APPLIED") {
+    // In the order they were applied: the first of a pair is the one applied first.
+    let mut applied: Vec<&ClaimRecord> =
+        claims.values().filter(|c| c.verdict == "APPLIED").collect();
+    applied.sort_by_key(|c| (c.claimed_at, c.source()));
+    for claim in applied {
         let Ok(events) = claim.events() else {
-            report
-                .problems
-                .push(format!("the events of {} do not decode", claim.source()));
+            report.unreadable_item(format!("the events of {} do not decode", claim.source()));
             continue;
         };
         for event in events {
@@ -353,7 +361,7 @@ pub async fn reconcile_money(
                     ..
                 }) = servicing_domain::outbox::payment_allocation(detail)
                 else {
-                    report.problems.push(format!(
+                    report.unreadable_item(format!(
                         "the PaymentApplied of {} does not decode",
                         claim.source()
                     ));
@@ -379,6 +387,7 @@ pub async fn reconcile_money(
                     report.suspected_duplicates.push(SuspectedDuplicate {
                         first: first.clone(),
                         second: claim.source(),
+                        second_claimed_at: claim.claimed_at,
                         account_id: content.0.clone(),
                         amount_minor,
                         currency: content.2.clone(),
@@ -393,7 +402,7 @@ pub async fn reconcile_money(
                     .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
                     .map(|t| t.with_timezone(&chrono::Utc).date_naive());
                 let (Some(date), Some(amount)) = (date, detail["amountMinor"].as_i64()) else {
-                    report.problems.push(format!(
+                    report.unreadable_item(format!(
                         "the PaymentReversed of {} does not decode",
                         claim.source()
                     ));
@@ -415,9 +424,7 @@ pub async fn reconcile_money(
         let action: ActionItem = match schema::from_item(item) {
             Ok(a) => a,
             Err(e) => {
-                report
-                    .problems
-                    .push(format!("an action item does not decode: {e}"));
+                report.unreadable_item(format!("an action item does not decode: {e}"));
                 continue;
             }
         };

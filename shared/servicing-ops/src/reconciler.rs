@@ -66,7 +66,8 @@ pub struct RunCounts {
     pub accepted_not_applied: u64,
     /// Collections actions unsettled after their grace.
     pub actions_pending_too_long: u64,
-    /// Applied payments sharing a content key under different identities (for a person).
+    /// Applied payments sharing a content key under different identities, the second applied
+    /// in the window (for a person).
     pub suspected_duplicates: u64,
 }
 
@@ -153,6 +154,7 @@ pub async fn run_at(
         crate::money::Grace::default(),
     )
     .await?;
+    problems.extend(money.unreadable.iter().cloned());
     let not_applied: Vec<&crate::money::NotApplied> =
         money.not_applied.iter().filter(|n| !n.in_flight).collect();
     for n in &not_applied {
@@ -182,14 +184,19 @@ pub async fn run_at(
         ready_not_released: expiry.ready.len() as u64,
         accepted_not_applied: not_applied.len() as u64,
         actions_pending_too_long: money.stuck_actions.len() as u64,
-        suspected_duplicates: money.suspected_duplicates.len() as u64,
+        // New in the window: a pair stays in the table for good, the metric says when it came.
+        suspected_duplicates: money
+            .suspected_duplicates
+            .iter()
+            .filter(|d| d.second_claimed_at >= now - window_secs)
+            .count() as u64,
     };
     servicing_telemetry::emit("reconciler", &counts.metrics());
     Ok(json!({
         "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty(),
         "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
         "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),
-        "suspectedDuplicates": money.suspected_duplicates.len(),
+        "suspectedDuplicates": counts.suspected_duplicates,
         "problems": problems,
         "parkedExpired": {"missing": expiry.missing, "mismatched": expiry.mismatched},
         "stillParked": expiry.still_parked,

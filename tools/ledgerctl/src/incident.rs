@@ -26,9 +26,9 @@ pub struct IncidentArgs {
     /// Only this account, e.g. `acc-1001`.
     #[arg(long)]
     account: Option<String>,
-    /// Decision records: files or directories of JSON Lines (the archive's objects, a log
-    /// export, the main job's `.local/decision-records.jsonl`). Repeatable.
-    #[arg(long, required = true)]
+    /// Decision records: files or directories, plain or gzip (the evidence bucket's objects, a
+    /// log export); repeatable. Default: the main job's `.local/decision-records.jsonl`.
+    #[arg(long, default_value = ".local/decision-records.jsonl")]
     records: Vec<PathBuf>,
     /// The servicing table: adds each payment's split, the collisions' first payloads, bucket
     /// changes and collections actions. Without it the report holds what the records say.
@@ -45,6 +45,9 @@ pub struct IncidentArgs {
     /// Write the report here instead of stdout (a summary goes to stderr).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Exit 1 when a collision or suspected duplicate needs a person (for scripts and alarms).
+    #[arg(long)]
+    fail_on_findings: bool,
 }
 
 fn time(text: &str) -> Result<DateTime<Utc>, String> {
@@ -52,7 +55,8 @@ fn time(text: &str) -> Result<DateTime<Utc>, String> {
         .ok_or_else(|| format!("{text:?} is not an RFC 3339 time such as 2026-11-02T10:00:00Z"))
 }
 
-/// Exit 0 when nothing needs a person (no collision, no suspected duplicate), else 1.
+/// Exit 0 once the report is written; with `--fail-on-findings`, 1 when a collision or a
+/// suspected duplicate needs a person.
 pub fn run(args: &IncidentArgs) -> anyhow::Result<bool> {
     if args.to <= args.from {
         anyhow::bail!("--to must be after --from");
@@ -95,5 +99,6 @@ pub fn run(args: &IncidentArgs) -> anyhow::Result<bool> {
         }
         None => println!("{text}"),
     }
-    Ok(report.totals.counts.collisions == 0 && report.totals.suspected_duplicates == 0)
+    let findings = report.totals.counts.collisions + report.totals.suspected_duplicates;
+    Ok(!(args.fail_on_findings && findings > 0))
 }

@@ -179,25 +179,58 @@ pub fn render(report: &IncidentReport) -> anyhow::Result<String> {
     Ok(html)
 }
 
-type Points = Vec<(i32, u64)>;
+/// Minutes drawn at most: a window longer than two days is drawn over its minutes with data.
+const MAX_MINUTES: i64 = 2 * 24 * 60;
 
-/// One line per source for deliveries, dashed for its duplicates, over the window's minutes.
-fn per_minute_chart(report: &IncidentReport) -> anyhow::Result<String> {
-    let mut minutes: Vec<&str> = report
+/// Every minute from the first with data to the last (silent minutes count zero), or only those
+/// with data when that would be too many.
+fn minutes_of(report: &IncidentReport) -> Vec<String> {
+    let parse = |m: &str| chrono::NaiveDateTime::parse_from_str(m, "%Y-%m-%dT%H:%MZ").ok();
+    let mut with_data: Vec<&str> = report
         .per_minute
         .iter()
         .map(|m| m.minute.as_str())
         .collect();
-    minutes.sort_unstable();
-    minutes.dedup();
-    let index: BTreeMap<&str, usize> = minutes.iter().enumerate().map(|(i, m)| (*m, i)).collect();
-    // Per source: its deliveries and its duplicates, as (minute index, count) points.
-    let mut series: BTreeMap<&str, [Points; 2]> = BTreeMap::new();
+    with_data.sort_unstable();
+    with_data.dedup();
+    let (Some(first), Some(last)) = (
+        with_data.first().and_then(|m| parse(m)),
+        with_data.last().and_then(|m| parse(m)),
+    ) else {
+        return with_data.into_iter().map(str::to_owned).collect();
+    };
+    let span = (last - first).num_minutes();
+    if span > MAX_MINUTES {
+        return with_data.into_iter().map(str::to_owned).collect();
+    }
+    (0..=span)
+        .map(|i| {
+            (first + chrono::Duration::minutes(i))
+                .format("%Y-%m-%dT%H:%MZ")
+                .to_string()
+        })
+        .collect()
+}
+
+/// One line per source for deliveries, a fainter one for its duplicates, a point per minute.
+fn per_minute_chart(report: &IncidentReport) -> anyhow::Result<String> {
+    let minutes = minutes_of(report);
+    let index: BTreeMap<&str, usize> = minutes
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.as_str(), i))
+        .collect();
+    // Per source: its deliveries and its duplicates per minute index, zero where silent.
+    let mut series: BTreeMap<&str, [Vec<u64>; 2]> = BTreeMap::new();
     for m in &report.per_minute {
-        let x = index[m.minute.as_str()] as i32;
-        let entry = series.entry(m.source_system.as_str()).or_default();
-        entry[0].push((x, m.deliveries));
-        entry[1].push((x, m.duplicates));
+        let Some(&x) = index.get(m.minute.as_str()) else {
+            continue;
+        };
+        let entry = series
+            .entry(m.source_system.as_str())
+            .or_insert_with(|| [vec![0; minutes.len()], vec![0; minutes.len()]]);
+        entry[0][x] += m.deliveries;
+        entry[1][x] += m.duplicates;
     }
     let top = report
         .per_minute
@@ -219,7 +252,7 @@ fn per_minute_chart(report: &IncidentReport) -> anyhow::Result<String> {
             .map_err(draw)?;
         chart
             .configure_mesh()
-            .x_desc("minute")
+            .x_desc("minute (UTC)")
             .y_desc("deliveries")
             .x_label_formatter(&|x| {
                 minutes
@@ -231,24 +264,24 @@ fn per_minute_chart(report: &IncidentReport) -> anyhow::Result<String> {
             .map_err(draw)?;
         for (i, (source, [deliveries, duplicates])) in series.iter().enumerate() {
             let colour = COLOURS[i % COLOURS.len()];
-            chart
-                .draw_series(LineSeries::new(
-                    deliveries.iter().copied(),
-                    colour.stroke_width(2),
-                ))
-                .map_err(draw)?
-                .label(format!("{source} deliveries"))
-                .legend(move |(x, y)| {
-                    PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2))
-                });
-            chart
-                .draw_series(LineSeries::new(
-                    duplicates.iter().copied(),
-                    colour.mix(0.5).stroke_width(1),
-                ))
-                .map_err(draw)?
-                .label(format!("{source} duplicates"))
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.mix(0.5)));
+            for (values, style, label) in [
+                (deliveries, colour.stroke_width(2), "deliveries"),
+                (duplicates, colour.mix(0.5).stroke_width(1), "duplicates"),
+            ] {
+                let points: Vec<(i32, u64)> = values
+                    .iter()
+                    .enumerate()
+                    .map(|(x, &n)| (x as i32, n))
+                    .collect();
+                chart
+                    .draw_series(LineSeries::new(points.iter().copied(), style))
+                    .map_err(draw)?
+                    .label(format!("{source} {label}"))
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], style));
+                chart
+                    .draw_series(points.iter().map(|&p| Circle::new(p, 2, style.filled())))
+                    .map_err(draw)?;
+            }
         }
         chart
             .configure_series_labels()

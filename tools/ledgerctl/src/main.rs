@@ -57,8 +57,7 @@ enum Command {
     /// What a window's deliveries did, account by account: each fact's verdict, duplicates
     /// absorbed, collisions with both payloads, money applied with its split, bucket changes,
     /// collections actions, suspected duplicates under different identities; totals and an
-    /// evidence manifest (JSON or HTML). Exit 1 when a collision or suspected duplicate needs
-    /// a person.
+    /// evidence manifest (JSON or HTML).
     Incident(incident::IncidentArgs),
 }
 

@@ -78,11 +78,23 @@ impl Query {
                 wanted.identities.insert(identity);
             }
             if verdict == Verdict::Collision {
-                wanted.collided_messages.insert(r.message_id.clone());
+                wanted.quarantined_messages.insert(r.message_id.clone());
             }
             if let Some(account) = &r.account_id {
                 wanted.accounts.insert(account.clone());
             }
+        }
+        // Undecodable bodies name no account: their quarantine items may (the account
+        // filter cannot select them before that).
+        for t in collected.records.iter().filter(|t| {
+            self.in_window(t.at)
+                && t.record.consumer == self.consumer
+                && t.record.account_id.is_none()
+                && t.record.verdict == Verdict::Quarantined
+        }) {
+            wanted
+                .quarantined_messages
+                .insert(t.record.message_id.clone());
         }
         wanted
     }
@@ -103,6 +115,8 @@ pub fn report(
     stored: Option<&Stored>,
     generated_at: DateTime<Utc>,
 ) -> IncidentReport {
+    let (attributed, inferred) = attribute_quarantined(collected, stored);
+    let collected = &attributed;
     let mut by_account: BTreeMap<String, Vec<&Timed>> = BTreeMap::new();
     let mut unattributed = Vec::new();
     let mut selected = 0u64;
@@ -110,7 +124,23 @@ pub fn report(
         selected += 1;
         match &t.record.account_id {
             Some(account) => by_account.entry(account.clone()).or_default().push(t),
-            None => unattributed.push(delivery(t)),
+            None => unattributed.push(delivery(t, false)),
+        }
+    }
+    let mut others: BTreeMap<&str, BTreeMap<String, BTreeMap<String, u64>>> = BTreeMap::new();
+    for t in collected
+        .records
+        .iter()
+        .filter(|t| query.in_window(t.at) && t.record.consumer != query.consumer)
+    {
+        if let Some(account) = t.record.account_id.as_deref() {
+            *others
+                .entry(account)
+                .or_default()
+                .entry(t.record.consumer.clone())
+                .or_default()
+                .entry(verdict_name(t.record.verdict))
+                .or_default() += 1;
         }
     }
     let suspected = suspected_duplicates(query, collected);
@@ -118,24 +148,13 @@ pub fn report(
     let mut accounts = Vec::with_capacity(by_account.len());
     let mut identities = BTreeSet::new();
     for (account_id, timed) in &by_account {
-        let mut impact = account_impact(account_id, timed, stored, query);
+        let mut impact = account_impact(account_id, timed, stored, query, &inferred);
         impact.suspected_duplicates = suspected
             .iter()
             .filter(|s| &s.account_id == account_id)
             .cloned()
             .collect();
-        for t in collected.records.iter().filter(|t| {
-            query.in_window(t.at)
-                && t.record.consumer != query.consumer
-                && t.record.account_id.as_deref() == Some(account_id)
-        }) {
-            *impact
-                .other_consumers
-                .entry(t.record.consumer.clone())
-                .or_default()
-                .entry(verdict_name(t.record.verdict))
-                .or_default() += 1;
-        }
+        impact.other_consumers = others.remove(account_id.as_str()).unwrap_or_default();
         for t in timed {
             let r = &t.record;
             identities.extend(identity(r));
@@ -221,15 +240,54 @@ pub fn report(
     }
 }
 
+/// The records with the account of each undecodable body filled in from its quarantine item
+/// (when the table was read and the body names one), and the message ids so attributed.
+fn attribute_quarantined(
+    collected: &Collected,
+    stored: Option<&Stored>,
+) -> (Collected, BTreeSet<String>) {
+    let mut attributed = collected.clone();
+    let mut inferred = BTreeSet::new();
+    let Some(stored) = stored else {
+        return (attributed, inferred);
+    };
+    for t in attributed
+        .records
+        .iter_mut()
+        .filter(|t| t.record.account_id.is_none())
+    {
+        let Some(q) = stored.quarantined.get(&t.record.message_id) else {
+            continue;
+        };
+        let from_body = || {
+            serde_json::from_str::<Value>(&q.raw_body)
+                .ok()
+                .and_then(|b| b["accountId"].as_str().map(str::to_owned))
+        };
+        if let Some(account) = q.account_id.clone().or_else(from_body) {
+            t.record.account_id = Some(account);
+            inferred.insert(t.record.message_id.clone());
+        }
+    }
+    (attributed, inferred)
+}
+
 fn account_impact(
     account_id: &str,
     timed: &[&Timed],
     stored: Option<&Stored>,
     query: &Query,
+    inferred: &BTreeSet<String>,
 ) -> AccountImpact {
+    // The account's currency: its applied facts', else whatever a delivery said.
+    let currency = timed
+        .iter()
+        .filter(|t| t.record.effective_verdict() == Verdict::Applied)
+        .chain(timed.iter())
+        .find_map(|t| t.record.currency.clone());
     let mut impact = AccountImpact {
         account_id: account_id.to_owned(),
-        currency: timed.iter().find_map(|t| t.record.currency.clone()),
+        currency,
         counts: Counts::default(),
         facts: Vec::with_capacity(timed.len()),
         collisions_found: Vec::new(),
@@ -243,7 +301,9 @@ fn account_impact(
     for t in timed {
         let r = &t.record;
         count(&mut impact.counts, r);
-        impact.facts.push(delivery(t));
+        impact
+            .facts
+            .push(delivery(t, inferred.contains(&r.message_id)));
         let verdict = r.effective_verdict();
         let claim = identity(r).and_then(|id| stored.and_then(|s| s.claims.get(&id)));
         if verdict == Verdict::Applied {
@@ -335,9 +395,11 @@ fn verdict_name(v: Verdict) -> String {
         .unwrap_or_default()
 }
 
-fn delivery(t: &Timed) -> Delivery {
+/// `account_from_quarantine`: the body named no readable account; its quarantine item did.
+fn delivery(t: &Timed, account_from_quarantine: bool) -> Delivery {
     let r = &t.record;
     Delivery {
+        account_from_quarantine,
         decided_at: format_time(t.at),
         message_id: r.message_id.clone(),
         receive_count: r.receive_count,
@@ -406,8 +468,8 @@ fn add(into: &mut Counts, c: &Counts) {
     into.duplicate_amount_minor += c.duplicate_amount_minor;
 }
 
-/// Applied facts with an amount that share a content key under different identities, the
-/// second decided in the window (and matching the filters), the first up to `lookback` before.
+/// Applied payments that share a content key under different identities, the second decided
+/// in the window, the first up to `lookback` before, either of them matching the filters.
 fn suspected_duplicates(query: &Query, collected: &Collected) -> Vec<SuspectedDuplicate> {
     let since = query.from - query.lookback;
     let mut first_of: BTreeMap<&str, &Timed> = BTreeMap::new();
@@ -417,7 +479,7 @@ fn suspected_duplicates(query: &Query, collected: &Collected) -> Vec<SuspectedDu
             && t.at < query.to
             && t.record.consumer == query.consumer
             && t.record.effective_verdict() == Verdict::Applied
-            && t.record.amount_minor.is_some()
+            && t.record.event_type.as_deref() == Some(PAYMENT)
     }) {
         let (Some(key), Some(second)) = (t.record.content_key.as_deref(), identity(&t.record))
         else {
@@ -428,7 +490,12 @@ fn suspected_duplicates(query: &Query, collected: &Collected) -> Vec<SuspectedDu
             continue;
         };
         let first_identity = identity(&first.record).unwrap_or_default();
-        if first_identity == second || !query.in_window(t.at) || !query.matches(&t.record) {
+        // Reported when either side is what the filters select (a source's payment re-sent by
+        // another source is that source's incident too).
+        if first_identity == second
+            || !query.in_window(t.at)
+            || !(query.matches(&t.record) || query.matches(&first.record))
+        {
             continue;
         }
         out.push(SuspectedDuplicate {

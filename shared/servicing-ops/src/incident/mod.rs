@@ -106,6 +106,9 @@ pub struct AccountImpact {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
+    /// The body named no readable account; the quarantine item of its message did.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub account_from_quarantine: bool,
     pub decided_at: String,
     pub message_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]

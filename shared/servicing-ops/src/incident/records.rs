@@ -1,9 +1,11 @@
-//! The decision records an incident is reconstructed from, read from files: JSON Lines as the
-//! functions print them (the archive's objects, a local collection), a CloudWatch Logs export
-//! (`{"timestamp", "message"}` lines or a subscription's `logEvents` envelope), or a raw log
-//! dump in which other lines (EMF, traces) are skipped. Every input is hashed for the manifest.
+//! The decision records an incident is reconstructed from, read from files, plain or gzip: JSON
+//! Lines as the functions print them (the archive's objects, a local collection), log events
+//! (`{"timestamp", "message"}` lines, a subscription's `logEvents` envelope, `aws logs
+//! filter-log-events` output, an S3 export's `<time> <message>` lines), or a raw log dump in
+//! which other lines (EMF, platform lines) are skipped. Every input is hashed for the manifest.
 
 use std::collections::HashSet;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -56,7 +58,17 @@ pub fn read(paths: &[PathBuf]) -> anyhow::Result<Collected> {
     for file in files {
         let bytes =
             std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-        let text = String::from_utf8_lossy(&bytes);
+        // Firehose writes the archive's objects gzip-compressed.
+        let plain = if bytes.starts_with(&[0x1f, 0x8b]) {
+            let mut out = Vec::new();
+            flate2::read::MultiGzDecoder::new(bytes.as_slice())
+                .read_to_end(&mut out)
+                .with_context(|| format!("{} is not a readable gzip file", file.display()))?;
+            out
+        } else {
+            bytes.clone()
+        };
+        let text = String::from_utf8_lossy(&plain);
         let mut input = Input {
             path: file.display().to_string(),
             bytes: bytes.len() as u64,
@@ -72,8 +84,15 @@ pub fn read(paths: &[PathBuf]) -> anyhow::Result<Collected> {
             }
             for (record, logged_at) in found {
                 input.records += 1;
+                // A record with its own time is the same record in any wrapping (an archive
+                // line and a log export of it); without one, the log's time tells them apart.
                 let canonical = serde_json::to_string(&record.to_json()).unwrap_or_default();
-                if !seen.insert((canonical, logged_at)) {
+                let when = if record.decided_at.is_some() {
+                    None
+                } else {
+                    logged_at
+                };
+                if !seen.insert((canonical, when)) {
                     collected.repeated_lines += 1;
                     continue;
                 }
@@ -88,7 +107,16 @@ pub fn read(paths: &[PathBuf]) -> anyhow::Result<Collected> {
                 }
             }
         }
+        if input.records == 0 && input.lines > 0 {
+            tracing::warn!(path = %input.path, lines = input.lines, "an input holds no decision record");
+        }
         collected.inputs.push(input);
+    }
+    if collected.records.is_empty() && collected.skipped_lines > 0 {
+        anyhow::bail!(
+            "the inputs hold {} lines and no decision record: not decision records, or a format this reader does not know",
+            collected.skipped_lines
+        );
     }
     collected.records.sort_by_key(|t| t.at);
     Ok(collected)
@@ -135,10 +163,23 @@ fn collect_files(path: &Path, into: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 /// A line's decision records with the log's own timestamp when it has one: the record itself,
 /// a log event wrapping it, or a subscription envelope of log events.
 fn records_of_line(line: &str) -> Vec<(DecisionRecord, Option<DateTime<Utc>>)> {
-    let Ok(value) = serde_json::from_str::<Value>(line.trim()) else {
-        return Vec::new();
+    let line = line.trim();
+    let Ok(value) = serde_json::from_str::<Value>(line) else {
+        // A CloudWatch Logs export to S3: `<RFC 3339 time> <message>`.
+        return line
+            .split_once(' ')
+            .and_then(|(time, message)| {
+                let inner = serde_json::from_str::<Value>(message.trim()).ok()?;
+                Some((decision(&inner)?, parse_time(time)))
+            })
+            .into_iter()
+            .collect();
     };
-    if let Some(events) = value.get("logEvents").and_then(Value::as_array) {
+    // A subscription's envelope (`logEvents`), `aws logs filter-log-events` output (`events`).
+    if let Some(events) = ["logEvents", "events"]
+        .iter()
+        .find_map(|k| value.get(*k).and_then(Value::as_array))
+    {
         return events.iter().filter_map(of_log_event).collect();
     }
     of_log_event(&value)
@@ -213,11 +254,15 @@ mod tests {
     }
 
     #[test]
-    fn when_a_file_repeats_a_line_should_count_it_once_and_hash_the_input() {
+    fn when_inputs_repeat_a_record_plain_or_gzip_should_count_it_once_and_hash_each_input() {
         let dir = std::env::temp_dir().join(format!("incident-records-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("fixture");
         std::fs::write(dir.join("a.jsonl"), format!("{RECORD}\n{RECORD}\nSTART\n"))
             .expect("fixture");
+        // The same record again, gzip-compressed as Firehose writes the archive's objects.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gz, format!("{RECORD}\n").as_bytes()).expect("fixture");
+        std::fs::write(dir.join("b.gz"), gz.finish().expect("fixture")).expect("fixture");
         let collected = read(std::slice::from_ref(&dir)).expect("fixture");
         std::fs::remove_dir_all(&dir).expect("fixture");
         assert_eq!(
@@ -226,8 +271,10 @@ mod tests {
                 collected.repeated_lines,
                 collected.skipped_lines
             ),
-            (1, 1, 1)
+            (1, 2, 1),
+            "the repeated line and the gzip copy count once"
         );
+        assert_eq!(collected.inputs[1].lines, 1, "read through gzip");
         assert_eq!(collected.inputs[0].lines, 3);
         assert_eq!(collected.inputs[0].sha256.len(), 64);
     }

@@ -27,13 +27,14 @@ pub struct Stored {
     pub queries: Vec<String>,
 }
 
-/// What to read: the identities whose records matter, the collided deliveries' message ids,
-/// the accounts whose actions are listed, over the window's days.
+/// What to read: the identities whose records matter, the quarantined deliveries' message ids
+/// (a collision's second payload; the account of an undecodable body), the accounts whose
+/// actions are listed, over the window's days.
 #[derive(Debug, Clone, Default)]
 pub struct Wanted {
     pub consumer: String,
     pub identities: BTreeSet<Identity>,
-    pub collided_messages: BTreeSet<String>,
+    pub quarantined_messages: BTreeSet<String>,
     pub accounts: BTreeSet<String>,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,
@@ -78,7 +79,7 @@ pub async fn read(
         wanted.consumer,
         stored.claims.len()
     ));
-    if !wanted.collided_messages.is_empty() {
+    if !wanted.quarantined_messages.is_empty() {
         for day in days(wanted.from, wanted.to) {
             let pk = format!("QUARANTINE#{}#{day}", wanted.consumer);
             let items: Vec<Item> = client
@@ -97,7 +98,7 @@ pub async fn read(
             for item in items {
                 let record: QuarantineRecord = schema::from_item(item)
                     .map_err(|e| anyhow::anyhow!("a quarantine item does not decode: {e}"))?;
-                if wanted.collided_messages.contains(&record.message_id) {
+                if wanted.quarantined_messages.contains(&record.message_id) {
                     stored.quarantined.insert(record.message_id.clone(), record);
                 }
             }
@@ -175,7 +176,9 @@ fn days(from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Vec<String> {
         return Vec::new();
     };
     let mut out = BTreeMap::new();
-    let mut day = from.date_naive();
+    // A quarantine item is written a moment before its record is stamped: a window opening
+    // at midnight still reads the day before.
+    let mut day = (from - Duration::minutes(1)).date_naive();
     let last = to.date_naive();
     while day <= last && out.len() < 400 {
         out.insert(day, ());
