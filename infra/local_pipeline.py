@@ -1,5 +1,5 @@
 """The local pipeline: the SAME template.yaml, built with `sam build` (cargo-lambda, host
-architecture) and deployed to MiniStack through CloudFormation with the SAM transform; then
+architecture) and deployed to MiniStack with `sam deploy` (AWS_ENDPOINT_URL set); then
 sample streams with injected duplicates go through the deployed stack, and the final state,
 the counts and a reconciliation line are printed. Exits non-zero when an invariant fails.
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import http.server
-import io
 import json
 import os
 import random
@@ -20,7 +19,6 @@ import sys
 import threading
 import time
 import uuid
-import zipfile
 from pathlib import Path
 
 import boto3
@@ -28,7 +26,6 @@ import boto3
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / ".local"
 STACK = os.environ.get("STACK_NAME", "loan-servicing-local")
-ARTIFACT_BUCKET = "loan-servicing-local-artifacts"
 SAMPLES = ["basic", "delinquent", "aging"]
 # Opens the account the API calls pay into.
 API_SAMPLE = "api"
@@ -63,39 +60,9 @@ def build() -> Path:
 
 
 # ------------------------------------------------------------------ deploy
-def package(built_template: Path) -> str:
-    """Uploads each built function (zip of its build folder) and points CodeUri at it."""
-    s3 = client("s3")
-    try:
-        s3.create_bucket(Bucket=ARTIFACT_BUCKET)
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    text = built_template.read_text()
-    build_dir = built_template.parent
-    for folder in sorted(p for p in build_dir.iterdir() if p.is_dir()):
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
-            for f in sorted(folder.rglob("*")):
-                if f.is_file():
-                    info = zipfile.ZipInfo(str(f.relative_to(folder)))
-                    info.external_attr = (f.stat().st_mode & 0xFFFF) << 16
-                    z.writestr(info, f.read_bytes())
-        data = buffer.getvalue()
-        key = f"{folder.name}-{uuid.uuid5(uuid.NAMESPACE_OID, data.hex()[:4096] + str(len(data)))}.zip"
-        s3.put_object(Bucket=ARTIFACT_BUCKET, Key=key, Body=data)
-        text = text.replace(f"CodeUri: {folder.name}\n", f"CodeUri: s3://{ARTIFACT_BUCKET}/{key}\n")
-    return text
-
-
-def parameters(notification_url: str) -> list[dict]:
-    ec2 = client("ec2")
-    vpc = next(v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"] if v.get("IsDefault"))
-    subnets = [s["SubnetId"] for s in ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]]
-    groups = [g["GroupId"] for g in ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]]
-    values = {
+def parameters(notification_url: str) -> dict[str, str]:
+    return {
         "Architecture": "x86_64",
-        "SubnetIds": ",".join(subnets[:2]),
-        "SecurityGroupIds": groups[0],
         "NotificationUrl": notification_url,
         # Fast local feedback: retry deferred facts quickly.
         "CollectionsBatchWindowSeconds": "0",
@@ -105,49 +72,25 @@ def parameters(notification_url: str) -> list[dict]:
         "CreateDuplicateInsights": "false",
         "CreateEvidenceQueries": "false",
     }
-    return [{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()]
 
 
-def deploy(template_body: str, notification_url: str) -> dict[str, str]:
-    cfn = client("cloudformation")
-    # Through S3, as `sam deploy` does: CloudFormation refuses a TemplateBody over 51,200 bytes.
-    key = f"template-{uuid.uuid5(uuid.NAMESPACE_OID, template_body)}.yaml"
-    client("s3").put_object(Bucket=ARTIFACT_BUCKET, Key=key, Body=template_body.encode())
-    endpoint = os.environ["AWS_ENDPOINT_URL"].rstrip("/")
-    args = dict(
-        StackName=STACK,
-        TemplateURL=f"{endpoint}/{ARTIFACT_BUCKET}/{key}",
-        Parameters=parameters(notification_url),
-        Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
+def deploy(notification_url: str) -> dict[str, str]:
+    """`sam deploy`, as on AWS (README "Deploying"): AWS_ENDPOINT_URL points it at MiniStack."""
+    env = dict(os.environ, SAM_CLI_TELEMETRY="0")
+    env["PATH"] = f"{LOCAL / 'venv-tools' / 'bin'}:{env['PATH']}"
+    overrides = [f"{k}={v}" for k, v in parameters(notification_url).items()]
+    step(f"sam deploy --stack-name {STACK} (MiniStack at {os.environ['AWS_ENDPOINT_URL']})")
+    result = subprocess.run(
+        ["sam", "deploy", "--stack-name", STACK, "--resolve-s3", "--no-confirm-changeset",
+         "--no-fail-on-empty-changeset", "--capabilities", "CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND",
+         "--region", os.environ.get("AWS_REGION", "us-east-1"), "--parameter-overrides", *overrides],
+        cwd=ROOT, env=env, capture_output=True, text=True,
     )
-    try:
-        cfn.describe_stacks(StackName=STACK)
-        exists = True
-    except cfn.exceptions.ClientError:
-        exists = False
-    if exists:
-        step(f"updating stack {STACK}")
-        try:
-            cfn.update_stack(**args)
-        except cfn.exceptions.ClientError as e:
-            if "No updates are to be performed" not in str(e):
-                raise
-            step("stack unchanged")
-    else:
-        step(f"creating stack {STACK}")
-        cfn.create_stack(**args)
-    deadline = time.time() + 300
-    while True:
-        stack = cfn.describe_stacks(StackName=STACK)["Stacks"][0]
-        status = stack["StackStatus"]
-        if status.endswith("_COMPLETE") and "ROLLBACK" not in status:
-            break
-        if "FAILED" in status or "ROLLBACK" in status or time.time() > deadline:
-            events = cfn.describe_stack_events(StackName=STACK)["StackEvents"][:10]
-            for e in events:
-                print(f"   {e.get('LogicalResourceId')}: {e.get('ResourceStatus')} {e.get('ResourceStatusReason', '')}")
-            raise SystemExit(f"stack {STACK} ended in {status}")
-        time.sleep(1)
+    stack = client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]
+    status = stack["StackStatus"]
+    if result.returncode != 0 or not status.endswith("_COMPLETE") or "ROLLBACK" in status:
+        print(result.stdout[-4000:], result.stderr[-4000:], sep="\n")
+        raise SystemExit(f"sam deploy of {STACK} failed: {status}")
     step(f"stack {STACK}: {status}")
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
 
@@ -375,12 +318,29 @@ def wire_http_api_routes(outputs: dict[str, str]) -> None:
 
 
 def write_env(outputs: dict[str, str]) -> Path:
-    """Stack outputs and every variable the functions read, for any tool or a function binary."""
+    """`source .local/env`: the local stack for ledgerctl, the AWS CLI and a function binary —
+    endpoint, region and credentials, the stack, every output and every variable the functions
+    read. Exported, so that a tool started from that shell talks to MiniStack, never to the
+    account the shell's default credentials reach."""
+    import shlex
+
     path = LOCAL / "env"
-    lines = [f"AWS_ENDPOINT_URL={os.environ['AWS_ENDPOINT_URL']}", f"AWS_REGION={os.environ.get('AWS_REGION', 'us-east-1')}",
-             "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
-             f"TABLE_NAME={outputs['ServicingTableName']}", f"EVENT_BUS_NAME={outputs['ServicingEventBusName']}"]
-    lines += [f"{k}={v}" for k, v in sorted(outputs.items())]
+    values = {
+        "AWS_ENDPOINT_URL": os.environ["AWS_ENDPOINT_URL"],
+        "AWS_REGION": os.environ.get("AWS_REGION", "us-east-1"),
+        "AWS_DEFAULT_REGION": os.environ.get("AWS_REGION", "us-east-1"),
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "STACK_NAME": STACK,
+        "TABLE_NAME": outputs["ServicingTableName"],
+        "SERVICING_QUEUE_URL": outputs["ServicingQueueUrl"],
+        "EVENT_BUS_NAME": outputs["ServicingEventBusName"],
+        **dict(sorted(outputs.items())),
+    }
+    lines = ["# source .local/env: the local stack (written by infra/demo.sh)"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
+    # No profile or session token may redirect a local command to a real account.
+    lines.append("unset AWS_PROFILE AWS_SESSION_TOKEN")
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -432,8 +392,8 @@ def incident_report(table: str, records: Path, since: float) -> bool:
 def main() -> int:
     started = time.time()
     notification_url = start_receiver()
-    template = package(build())
-    outputs = deploy(template, notification_url)
+    build()
+    outputs = deploy(notification_url)
     wire_http_api_routes(outputs)
     step(f"wrote {write_env(outputs)}")
 

@@ -5,7 +5,9 @@
 //! These read with `Scan` (one pass per operation): they are for operators and a daily job,
 //! never for a hot path.
 
+pub mod actions;
 pub mod aging;
+pub mod dlq;
 pub mod incident;
 pub mod money;
 pub mod parked;
@@ -14,6 +16,7 @@ pub mod reconcile;
 pub mod reconciler;
 pub mod replay;
 pub mod report;
+pub mod republish;
 
 use std::collections::HashMap;
 

@@ -11,7 +11,7 @@ use crate::{Item, account_state_claim, epoch_seconds, failed, scan_types, text};
 /// One quarantine item, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quarantined {
-    /// `pk|sk`: what `inspect` and `redrive` take.
+    /// `<consumer>/<day>/<millis>/<message id>` ([`item_id`]): what `inspect` and `redrive` take.
     pub id: String,
     pub consumer: String,
     pub code: String,
@@ -37,7 +37,7 @@ impl Quarantined {
         let r: QuarantineRecord = schema::from_item(item)
             .map_err(|e| anyhow::anyhow!("a quarantine item does not decode: {e}"))?;
         Ok(Self {
-            id: format!("{}|{}", r.pk, r.sk),
+            id: item_id(&r.pk, &r.sk),
             source: r.source(),
             consumer: r.consumer,
             code: r.code,
@@ -80,12 +80,29 @@ pub async fn list(
     Ok(all)
 }
 
+/// A quarantine item's id as operators type it: `<consumer>/<day>/<millis>/<message id>`, no
+/// character a shell treats specially (the key is `QUARANTINE#<consumer>#<day>` and
+/// `<millis>#<message id>`).
+pub fn item_id(pk: &str, sk: &str) -> String {
+    let pk = pk.strip_prefix("QUARANTINE#").unwrap_or(pk);
+    format!("{}/{}", pk.replacen('#', "/", 1), sk.replacen('#', "/", 1))
+}
+
+/// The key of an id from [`item_id`] (or the `pk|sk` form earlier versions printed).
 fn split_id(id: &str) -> anyhow::Result<(String, String)> {
-    id.split_once('|')
-        .map(|(pk, sk)| (pk.to_owned(), sk.to_owned()))
-        .ok_or_else(|| {
-            anyhow::anyhow!("{id:?} is not a quarantine id (pk|sk, as `list` prints it)")
-        })
+    if let Some((pk, sk)) = id.split_once('|') {
+        return Ok((pk.to_owned(), sk.to_owned()));
+    }
+    let parts: Vec<&str> = id.splitn(4, '/').collect();
+    match parts.as_slice() {
+        [consumer, day, millis, message] if !message.is_empty() => Ok((
+            format!("QUARANTINE#{consumer}#{day}"),
+            format!("{millis}#{message}"),
+        )),
+        _ => anyhow::bail!(
+            "{id:?} is not a quarantine id: <consumer>/<day>/<millis>/<message id>, as `ledgerctl quarantine list` prints it"
+        ),
+    }
 }
 
 pub async fn inspect(

@@ -1,11 +1,14 @@
 //! `ledgerctl`: operator commands (`ledgerctl --help`, `ledgerctl <command> --help`).
 //!
-//! - `incident`: a window's deliveries account by account, from decision records (`incident.rs`).
-//! - `replay`: run a JSON Lines stream through the in-memory ledger (no AWS).
-//! - `state`: read an account from a deployed table (endpoint from the standard AWS variables)
-//!   and optionally check it against an `*.expected.json`.
-//! - `reconcile`, `parked`, `quarantine`, `send`, `close`: operations on a deployed table
-//!   (`ops.rs`).
+//! Every command that touches AWS first prints on stderr what it acts on (endpoint, region,
+//! account, table): the table and queue come from `--table`/`--queue`, else from `--stack`'s
+//! outputs, else from the environment (`source .local/env` exports the local stack's).
+//!
+//! - `replay`: a JSON Lines stream through the in-memory ledger (no AWS).
+//! - `state`, `reconcile`, `incident`: what is stored, whether it reconciles, what a window did.
+//! - `parked`, `quarantine`, `actions`, `payment`: look things up (`ops.rs`, `runbook.rs`).
+//! - `send`, `close`, `quarantine redrive`, `dlq redrive`, `outbox republish`: change things;
+//!   each has `--dry-run`.
 //!
 //! Exit status: 0 when the command did what it says and its invariant holds, 1 when not (or
 //! it failed), 2 for a command line it cannot parse.
@@ -13,7 +16,9 @@
 mod incident;
 mod ops;
 mod replay;
+mod runbook;
 mod state;
+mod target;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,9 +29,13 @@ use servicing_domain::AccountId;
 #[derive(Debug, Parser)]
 #[command(
     name = "ledgerctl",
-    about = "Operator commands of the loan-servicing consumers"
+    about = "Operator commands of the loan-servicing consumers",
+    after_help = "Locally: `source .local/env` (written by infra/demo.sh), then e.g. `ledgerctl parked list`.\nOn AWS: `ledgerctl --help` per command; pass --stack NAME (the stack's outputs name the table and queues)."
 )]
 struct Cli {
+    /// Print JSON instead of text (list, inspect and lookup commands).
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -42,30 +51,35 @@ enum Command {
     /// SourceEventCount -> CanonicalUniqueEventCount -> AppliedBusinessEventCount and the money
     /// checks over a window; exit 1 unless the identity holds.
     Reconcile(ops::ReconcileArgs),
+    /// What a window's deliveries did, account by account: each fact's verdict, duplicates
+    /// absorbed, collisions with both payloads, money applied with its split, bucket changes,
+    /// collections actions, suspected duplicates under different identities; totals and an
+    /// evidence manifest (JSON or HTML).
+    Incident(incident::IncidentArgs),
     /// Parked facts: their account, identity, since when, and what they wait for.
     #[command(subcommand)]
     Parked(ops::ParkedCommand),
     /// Quarantined messages: list, inspect, redrive with their original identity.
     #[command(subcommand)]
     Quarantine(ops::QuarantineCommand),
+    /// Collections actions: list (by account, by status), inspect one.
+    #[command(subcommand)]
+    Actions(runbook::ActionsCommand),
+    /// What happened to an API payment: its idempotency record, its fact, its allocation.
+    Payment(runbook::PaymentArgs),
+    /// Dead-letter queues: peek, redrive to the queue they came from.
+    #[command(subcommand)]
+    Dlq(runbook::DlqCommand),
+    /// The outbox: republish the events of records written in a window (after the relay gave
+    /// up on a stream batch: the stream has dropped it by then).
+    #[command(subcommand)]
+    Outbox(runbook::OutboxCommand),
     /// Replay a stream to the servicing queue; refuses facts whose claim is missing or expires
     /// before the queue may deliver them (up to 14 days): they could apply twice.
     Send(ops::SendArgs),
     /// Close a business day by hand (the daily aging job's work, for a day the schedule
     /// missed): one BUSINESS_DAY_CLOSED per account in arrears; --dry-run lists them.
     Close(ops::CloseArgs),
-    /// What a window's deliveries did, account by account: each fact's verdict, duplicates
-    /// absorbed, collisions with both payloads, money applied with its split, bucket changes,
-    /// collections actions, suspected duplicates under different identities; totals and an
-    /// evidence manifest (JSON or HTML).
-    Incident(incident::IncidentArgs),
-}
-
-/// `--table`: the servicing table of a deployed stack.
-#[derive(Debug, clap::Args)]
-struct Table {
-    #[arg(long)]
-    table: String,
 }
 
 fn account_id(value: &str) -> Result<AccountId, String> {
@@ -75,16 +89,44 @@ fn account_id(value: &str) -> Result<AccountId, String> {
 /// The events file of `replay`, `reconcile --source` and `send`.
 type EventsFile = PathBuf;
 
+/// A time as operators type it: RFC 3339 / ISO 8601 (`2026-11-02T10:00:00Z`, an offset, or a
+/// date for its midnight UTC).
+fn time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Some(t) = servicing_ops::incident::records::parse_time(text) {
+        return Ok(t);
+    }
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc())
+        .ok_or_else(|| {
+            format!("{text:?} is not an ISO 8601 time such as 2026-11-02T10:00:00Z or 2026-11-02")
+        })
+}
+
+/// An epoch time (seconds) as ISO 8601 for people.
+fn iso(epoch_secs: i64) -> String {
+    chrono::DateTime::from_timestamp(epoch_secs, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| epoch_secs.to_string())
+}
+
 fn main() -> ExitCode {
-    let outcome = match Cli::parse().command {
+    let cli = Cli::parse();
+    let json = cli.json;
+    let outcome = match cli.command {
         Command::Replay(args) => replay::run(&args),
         Command::State(args) => state::run(&args),
         Command::Reconcile(args) => ops::reconcile(&args),
-        Command::Parked(command) => ops::parked(&command),
-        Command::Quarantine(command) => ops::quarantine(&command),
+        Command::Incident(args) => incident::run(&args),
+        Command::Parked(command) => ops::parked(&command, json),
+        Command::Quarantine(command) => ops::quarantine(&command, json),
+        Command::Actions(command) => runbook::actions(&command, json),
+        Command::Payment(args) => runbook::payment(&args, json),
+        Command::Dlq(command) => runbook::dlq(&command, json),
+        Command::Outbox(command) => runbook::outbox(&command),
         Command::Send(args) => ops::send(&args),
         Command::Close(args) => ops::close(&args),
-        Command::Incident(args) => incident::run(&args),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

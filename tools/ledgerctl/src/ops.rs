@@ -1,23 +1,25 @@
-//! `ledgerctl reconcile | quarantine | send`: operations on a deployed table (endpoint and
-//! credentials from the standard AWS variables, e.g. `source .local/env`).
+//! `ledgerctl reconcile | parked | quarantine | send | close`: operations on a deployed table
+//! (`target.rs` says which, before acting).
 
+use serde_json::json;
 use servicing_ops::{quarantine, reconcile, replay};
 
-use crate::{EventsFile, Table};
+use crate::target::{QueueArg, Target};
+use crate::{EventsFile, iso};
 
 /// `reconcile`
 #[derive(Debug, clap::Args)]
 pub struct ReconcileArgs {
     #[command(flatten)]
-    table: Table,
-    /// The consumer whose claims are reconciled.
+    target: Target,
+    /// The consumer whose claims are reconciled, e.g. `--consumer collections`.
     #[arg(long, default_value = "account-state")]
     consumer: String,
-    /// The window, ending now.
+    /// The window, ending now, in hours, e.g. `--hours 48`.
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 3650))]
     hours: i64,
-    /// The source stream (JSON Lines) to reconcile against.
-    #[arg(long, conflicts_with = "money")]
+    /// The source stream (JSON Lines) to reconcile against, e.g. `--source prov-a-2026-11-02.jsonl`.
+    #[arg(long, conflicts_with = "money", value_name = "FILE")]
     source: Option<EventsFile>,
     /// Reconcile money instead: every API payment answered 202 applied; applied payments less
     /// reversals by source, currency and business date; suspected duplicates under different
@@ -26,7 +28,7 @@ pub struct ReconcileArgs {
     money: bool,
     /// With --money: a provider's settlement totals (CSV `source,date,currency,total`, e.g.
     /// `prov-a,2026-11-02,EUR,10000.00`), each compared with what was applied.
-    #[arg(long, requires = "money")]
+    #[arg(long, requires = "money", value_name = "CSV")]
     settlement: Option<std::path::PathBuf>,
     /// With --money: API payments accepted less than this long ago are listed as in flight,
     /// not as missing.
@@ -40,46 +42,65 @@ pub struct ReconcileArgs {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ParkedCommand {
-    /// Every parked fact.
-    List(Table),
+    /// Every parked fact (optionally of one account).
+    List {
+        #[command(flatten)]
+        target: Target,
+        /// Only this account's, e.g. `--account acc_1001`.
+        #[arg(long)]
+        account: Option<String>,
+    },
 }
 
 #[derive(Debug, clap::Subcommand)]
 pub enum QuarantineCommand {
-    /// Every quarantined message (one line each).
+    /// Quarantined messages, oldest first (one line each), with filters.
     List {
         #[command(flatten)]
-        table: Table,
-        /// Only this consumer's.
+        target: Target,
+        /// Only this consumer's: `account-state`, `collections`, `outbox-relay`.
         #[arg(long)]
         consumer: Option<String>,
+        /// Only those quarantined at or after this time (ISO 8601), e.g. `--since 2026-11-02T10:00:00Z`.
+        #[arg(long, value_parser = crate::time)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        /// Only this code, e.g. `--code collision` or `--code event_time_in_future`.
+        #[arg(long)]
+        code: Option<String>,
+        /// Only this account's, e.g. `--account acc_1001`.
+        #[arg(long)]
+        account: Option<String>,
     },
     /// Messages in full, raw body included.
     Inspect {
         #[command(flatten)]
-        table: Table,
-        #[arg(required = true)]
+        target: Target,
+        /// Ids as `list` prints them, e.g. `account-state/2026-11-02/1762077600000/3f2a…`.
+        #[arg(required = true, value_name = "ID")]
         ids: Vec<String>,
     },
     /// Re-send bodies with their original identity (collisions are refused; so is an unclaimed
     /// fact quarantined so long ago that it may have applied since and its claim expired).
     Redrive {
         #[command(flatten)]
-        table: Table,
-        /// The servicing queue.
-        #[arg(long)]
-        queue: String,
-        #[arg(required = true)]
+        target: Target,
+        #[command(flatten)]
+        queue: QueueArg,
+        /// Ids as `list` prints them.
+        #[arg(required = true, value_name = "ID")]
         ids: Vec<String>,
         /// Overrides the claim retention each item recorded when it was quarantined (its
         /// consumer's CLAIM_RETENTION_DAYS, as deployed then); needed only for items written
         /// before they recorded it, which are refused without it. No default: a guess could
-        /// let a fact that applied since be applied twice.
+        /// let a fact that applied since be applied twice. E.g. `--retention-days 35`.
         #[arg(long, value_parser = clap::value_parser!(i64).range(1..=3650))]
         retention_days: Option<i64>,
         /// Redrive even a fact that may have applied since (after checking it).
         #[arg(long)]
         allow_beyond_retention: bool,
+        /// Say what would be redriven (each item's judgment); send nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -87,26 +108,29 @@ pub enum QuarantineCommand {
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {
     #[command(flatten)]
-    table: Table,
-    /// The servicing queue.
-    #[arg(long)]
-    queue: String,
+    target: Target,
+    #[command(flatten)]
+    queue: QueueArg,
+    /// The facts to send, JSON Lines, e.g. `prov-a-2026-11-02.jsonl`.
+    #[arg(value_name = "FILE")]
     events: EventsFile,
     /// Send even facts that could apply twice (after checking them).
     #[arg(long)]
     allow_beyond_retention: bool,
+    /// Check every fact and say what would be sent; send nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// `close`: the daily close by hand, for a day the schedule missed.
 #[derive(Debug, clap::Args)]
 pub struct CloseArgs {
     #[command(flatten)]
-    table: Table,
-    /// The servicing queue (required unless --dry-run).
-    #[arg(long, required_unless_present = "dry_run")]
-    queue: Option<String>,
-    /// The business day to close (YYYY-MM-DD), e.g. 2026-10-31. A missed day is caught up by
-    /// closing the latest one: DPD depends only on the date.
+    target: Target,
+    #[command(flatten)]
+    queue: QueueArg,
+    /// The business day to close (YYYY-MM-DD), e.g. `--date 2026-10-31`. A missed day is
+    /// caught up by closing the latest one: DPD depends only on the date.
     #[arg(long)]
     date: chrono::NaiveDate,
     /// List the accounts in arrears on that day; send nothing.
@@ -114,7 +138,7 @@ pub struct CloseArgs {
     dry_run: bool,
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -135,14 +159,14 @@ pub fn reconcile(args: &ReconcileArgs) -> anyhow::Result<bool> {
     if args.money {
         return reconcile_money(args);
     }
-    let (table, consumer, hours) = (&args.table.table, &args.consumer, args.hours);
+    let (consumer, hours) = (&args.consumer, args.hours);
     let source = args.source.as_ref().map(read_lines).transpose()?;
     let now = servicing_ops::epoch_seconds();
     runtime()?.block_on(async {
-        let dynamodb = aws_sdk_dynamodb::Client::new(&aws_setup::load().await);
+        let target = args.target.resolve(None).await?;
         let report = reconcile::reconcile(
-            &dynamodb,
-            table,
+            &target.dynamodb(),
+            &target.table,
             consumer,
             (now - hours * 3600, now + 1),
             source.as_deref(),
@@ -164,10 +188,10 @@ fn reconcile_money(args: &ReconcileArgs) -> anyhow::Result<bool> {
         None => Vec::new(),
     };
     runtime()?.block_on(async {
-        let dynamodb = aws_sdk_dynamodb::Client::new(&aws_setup::load().await);
+        let target = args.target.resolve(None).await?;
         let report = servicing_ops::money::reconcile_money(
-            &dynamodb,
-            &args.table.table,
+            &target.dynamodb(),
+            &target.table,
             &settlement,
             servicing_ops::epoch_seconds(),
             servicing_ops::money::Grace {
@@ -183,13 +207,36 @@ fn reconcile_money(args: &ReconcileArgs) -> anyhow::Result<bool> {
     })
 }
 
-pub fn quarantine(command: &QuarantineCommand) -> anyhow::Result<bool> {
+pub fn quarantine(command: &QuarantineCommand, json: bool) -> anyhow::Result<bool> {
     runtime()?.block_on(async {
-        let sdk = aws_setup::load().await;
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         match command {
-            QuarantineCommand::List { table, consumer } => {
-                let items = quarantine::list(&dynamodb, &table.table, consumer.as_deref()).await?;
+            QuarantineCommand::List {
+                target,
+                consumer,
+                since,
+                code,
+                account,
+            } => {
+                let target = target.resolve(None).await?;
+                let items: Vec<quarantine::Quarantined> =
+                    quarantine::list(&target.dynamodb(), &target.table, consumer.as_deref())
+                        .await?
+                        .into_iter()
+                        .filter(|q| {
+                            since.is_none_or(|t| q.quarantined_at_ms >= t.timestamp_millis())
+                        })
+                        .filter(|q| code.as_ref().is_none_or(|c| &q.code == c))
+                        .filter(|q| {
+                            account
+                                .as_ref()
+                                .is_none_or(|a| q.account_id.as_ref() == Some(a))
+                        })
+                        .collect();
+                if json {
+                    let all: Vec<_> = items.iter().map(quarantined_json).collect();
+                    println!("{}", serde_json::to_string_pretty(&all)?);
+                    return Ok(true);
+                }
                 for q in &items {
                     let source = q
                         .source
@@ -197,36 +244,75 @@ pub fn quarantine(command: &QuarantineCommand) -> anyhow::Result<bool> {
                         .map(ToString::to_string)
                         .unwrap_or_else(|| "-".into());
                     println!(
-                        "{}\t{}\t{}\t{}\t{}\tredriven {}x",
-                        q.id, q.consumer, q.code, source, q.reason, q.redrive_count
+                        "{}\t{}\t{}\t{}\t{}\t{}\tredriven {}x",
+                        q.id,
+                        iso(q.quarantined_at_ms / 1000),
+                        q.consumer,
+                        q.code,
+                        source,
+                        q.reason,
+                        q.redrive_count
                     );
                 }
                 println!("{} quarantined", items.len());
                 Ok(true)
             }
-            QuarantineCommand::Inspect { table, ids } => {
+            QuarantineCommand::Inspect { target, ids } => {
+                let target = target.resolve(None).await?;
                 for id in ids {
-                    let q = quarantine::inspect(&dynamodb, &table.table, id).await?;
-                    println!("{}", inspection(&q));
+                    let q = quarantine::inspect(&target.dynamodb(), &target.table, id).await?;
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&quarantined_json(&q))?);
+                    } else {
+                        println!("{}", inspection(&q));
+                    }
                 }
                 Ok(true)
             }
             QuarantineCommand::Redrive {
-                table,
+                target,
                 queue,
                 ids,
                 retention_days,
                 allow_beyond_retention,
+                dry_run,
             } => {
+                let target = target.resolve(Some(queue)).await?;
                 let options = quarantine::RedriveOptions {
                     claim_retention_secs: retention_days.map(|days| days * 86_400),
                     allow_beyond_retention: *allow_beyond_retention,
                 };
-                let sqs = aws_sdk_sqs::Client::new(&sdk);
+                let (dynamodb, sqs) = (target.dynamodb(), target.sqs());
                 let mut all_ok = true;
                 for id in ids {
-                    match quarantine::redrive(&dynamodb, &sqs, &table.table, queue, id, options)
-                        .await
+                    if *dry_run {
+                        let q = quarantine::inspect(&dynamodb, &target.table, id).await?;
+                        println!(
+                            "would redrive {} ({} {}, redriven {}x): {}",
+                            q.id,
+                            q.code,
+                            q.source
+                                .as_ref()
+                                .map(ToString::to_string)
+                                .unwrap_or_default(),
+                            q.redrive_count,
+                            if q.code == "collision" {
+                                "refused: a collision is never redriven"
+                            } else {
+                                "judged by its claim when redriven"
+                            }
+                        );
+                        continue;
+                    }
+                    match quarantine::redrive(
+                        &dynamodb,
+                        &sqs,
+                        &target.table,
+                        target.queue()?,
+                        id,
+                        options,
+                    )
+                    .await
                     {
                         Ok(r) => println!(
                             "redriven {} as message {}{}",
@@ -250,6 +336,20 @@ pub fn quarantine(command: &QuarantineCommand) -> anyhow::Result<bool> {
     })
 }
 
+fn quarantined_json(q: &quarantine::Quarantined) -> serde_json::Value {
+    json!({
+        "id": q.id, "consumer": q.consumer, "code": q.code, "reason": q.reason,
+        "messageId": q.message_id,
+        "sourceSystem": q.source.as_ref().map(|s| s.system.clone()),
+        "sourceEventId": q.source.as_ref().map(|s| s.event_id.clone()),
+        "accountId": q.account_id, "quarantinedAt": iso(q.quarantined_at_ms / 1000),
+        "redriveCount": q.redrive_count, "rawBody": q.raw_body,
+        "rawBodyTruncated": q.raw_body_truncated.is_some(),
+        "receivedFingerprint": q.received_fingerprint,
+        "claimRetentionDays": q.claim_retention_secs.map(|s| s / 86_400),
+    })
+}
+
 /// What `quarantine inspect` prints of one item.
 fn inspection(q: &quarantine::Quarantined) -> String {
     let retention = q.claim_retention_secs.map_or_else(
@@ -265,8 +365,9 @@ fn inspection(q: &quarantine::Quarantined) -> String {
         None => q.raw_body.clone(),
     };
     format!(
-        "id:          {}\nconsumer:    {}\ncode:        {}\nreason:      {}\nmessage id:  {}\nsource:      {}\naccount:     {}\nfingerprint: {}\nclaim kept:  {retention}\nredriven:    {}x\nraw body:    {body}\n",
+        "id:          {}\nquarantined: {}\nconsumer:    {}\ncode:        {}\nreason:      {}\nmessage id:  {}\nsource:      {}\naccount:     {}\nfingerprint: {}\nclaim kept:  {retention}\nredriven:    {}x\nraw body:    {body}\n",
         q.id,
+        iso(q.quarantined_at_ms / 1000),
         q.consumer,
         q.code,
         q.reason,
@@ -281,15 +382,33 @@ fn inspection(q: &quarantine::Quarantined) -> String {
     )
 }
 
-pub fn parked(command: &ParkedCommand) -> anyhow::Result<bool> {
-    let ParkedCommand::List(Table { table }) = command;
+pub fn parked(command: &ParkedCommand, json: bool) -> anyhow::Result<bool> {
+    let ParkedCommand::List { target, account } = command;
     runtime()?.block_on(async {
-        let sdk = aws_setup::load().await;
+        let target = target.resolve(None).await?;
         let store = servicing_store::ServicingStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            servicing_store::StoreConfig::new(table, "account-state"),
+            target.dynamodb(),
+            servicing_store::StoreConfig::new(&target.table, "account-state"),
         );
-        let parked = servicing_ops::parked::list(&store).await?;
+        let parked: Vec<_> = servicing_ops::parked::list(&store)
+            .await?
+            .into_iter()
+            .filter(|v| account.as_ref().is_none_or(|a| v.account.as_str() == a))
+            .collect();
+        if json {
+            let all: Vec<_> = parked
+                .iter()
+                .map(|v| {
+                    json!({"accountId": v.account.as_str(), "sourceSystem": v.fact.source.system,
+                        "sourceEventId": v.fact.source.event_id, "messageId": v.fact.message_id,
+                        "parkedAt": iso(v.fact.parked_at),
+                        "waitsFor": v.fact.awaits.as_ref().map(|a| a.awaited(&v.account).to_string()),
+                        "ready": v.fact.awaits.is_none()})
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&all)?);
+            return Ok(true);
+        }
         for view in &parked {
             println!("{}", view.line());
         }
@@ -299,12 +418,10 @@ pub fn parked(command: &ParkedCommand) -> anyhow::Result<bool> {
 }
 
 pub fn send(args: &SendArgs) -> anyhow::Result<bool> {
-    let (table, queue) = (&args.table.table, &args.queue);
     let lines = read_lines(&args.events)?;
     runtime()?.block_on(async {
-        let sdk = aws_setup::load().await;
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        let refusals = replay::check(&dynamodb, table, &lines).await?;
+        let target = args.target.resolve(Some(&args.queue)).await?;
+        let refusals = replay::check(&target.dynamodb(), &target.table, &lines).await?;
         for r in &refusals {
             eprintln!("line {}: {}", r.line, r.reason);
         }
@@ -312,7 +429,12 @@ pub fn send(args: &SendArgs) -> anyhow::Result<bool> {
             eprintln!("refused: {} facts may apply twice; nothing was sent (--allow-beyond-retention after checking them)", refusals.len());
             return Ok(false);
         }
-        let sent = replay::send(&aws_sdk_sqs::Client::new(&sdk), queue, &lines).await?;
+        let queue = target.queue()?;
+        if args.dry_run {
+            println!("would send {} messages to {queue} (dry run: nothing sent)", lines.len());
+            return Ok(true);
+        }
+        let sent = replay::send(&target.sqs(), queue, &lines).await?;
         println!("sent {sent} messages to {queue}");
         Ok(true)
     })
@@ -320,15 +442,15 @@ pub fn send(args: &SendArgs) -> anyhow::Result<bool> {
 
 pub fn close(args: &CloseArgs) -> anyhow::Result<bool> {
     runtime()?.block_on(async {
-        let sdk = aws_setup::load().await;
+        let target = args.target.resolve(Some(&args.queue)).await?;
         let store = servicing_store::ServicingStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            servicing_store::StoreConfig::new(&args.table.table, "aging"),
+            target.dynamodb(),
+            servicing_store::StoreConfig::new(&target.table, "aging"),
         );
-        let sqs = aws_sdk_sqs::Client::new(&sdk);
-        let queue = args.queue.as_deref().unwrap_or_default();
+        let queue = if args.dry_run { "" } else { target.queue()? };
         let close =
-            servicing_ops::aging::close_day(&store, &sqs, queue, args.date, args.dry_run).await?;
+            servicing_ops::aging::close_day(&store, &target.sqs(), queue, args.date, args.dry_run)
+                .await?;
         if args.dry_run {
             for account in &close.accounts {
                 println!("{account}");
@@ -359,7 +481,7 @@ mod tests {
             "t",
             "--queue",
             "q",
-            "QUARANTINE#x|1#m",
+            "account-state/2026-11-02/1/m",
         ];
         let cli = Cli::try_parse_from(base.iter().chain(args)).expect("parses");
         match cli.command {

@@ -6,16 +6,17 @@ use serde_json::Value;
 use servicing_domain::AccountId;
 use servicing_store::{ServicingStore, StoreConfig};
 
-use crate::Table;
+use crate::target::Target;
 
 #[derive(Debug, clap::Args)]
 pub struct StateArgs {
     #[command(flatten)]
-    table: Table,
+    target: Target,
+    /// The account, e.g. `acc_1001`.
     #[arg(value_parser = crate::account_id)]
     account: AccountId,
-    /// An `*.expected.json` every state field must match.
-    #[arg(long)]
+    /// An `*.expected.json` every state field must match, e.g. `--expect fixtures/samples/basic.expected.json`.
+    #[arg(long, value_name = "FILE")]
     expect: Option<PathBuf>,
 }
 
@@ -37,22 +38,20 @@ fn differences(report: &Value, expected: &Value) -> Vec<String> {
 }
 
 pub fn run(args: &StateArgs) -> anyhow::Result<bool> {
-    let (table, account) = (&args.table.table, &args.account);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))?;
-    let report = runtime
-        .block_on(async {
-            let sdk = aws_setup::load().await;
-            let store = ServicingStore::new(
-                aws_sdk_dynamodb::Client::new(&sdk),
-                StoreConfig::new(table, "ledgerctl"),
-            );
-            servicing_ops::report::account_report(&store, account).await
-        })
-        .map_err(|e| anyhow::anyhow!("cannot read {account}: {e}"))?
-        .ok_or_else(|| anyhow::anyhow!("account {account} does not exist in {table}"))?;
+    let account = &args.account;
+    let (report, table) = crate::ops::runtime()?.block_on(async {
+        let target = args.target.resolve(None).await?;
+        let store = ServicingStore::new(
+            target.dynamodb(),
+            StoreConfig::new(&target.table, "ledgerctl"),
+        );
+        let report = servicing_ops::report::account_report(&store, account)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read {account}: {e}"))?;
+        Ok::<_, anyhow::Error>((report, target.table))
+    })?;
+    let report =
+        report.ok_or_else(|| anyhow::anyhow!("account {account} does not exist in {table}"))?;
     println!(
         "{}",
         serde_json::to_string_pretty(&report).unwrap_or_default()
