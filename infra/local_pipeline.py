@@ -468,6 +468,18 @@ def main() -> int:
         cwd=ROOT,
     )
     ok &= money.returncode == 0
+    step("a fresh shell, as the README has operators do it: source .local/env && target/debug/ledgerctl --json actions list")
+    # Nothing of this process's environment but PATH and HOME: .local/env alone must aim it.
+    shell = subprocess.run(
+        ["bash", "-c", "source .local/env && target/debug/ledgerctl --json actions list"],
+        cwd=ROOT, env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")},
+        capture_output=True, text=True,
+    )
+    aimed = f"target: endpoint {os.environ['AWS_ENDPOINT_URL']}" in shell.stderr
+    print(f"   {shell.stderr.strip().splitlines()[0] if shell.stderr.strip() else '(no target line)'}")
+    actions_listed = len(json.loads(shell.stdout or "[]")) if shell.returncode == 0 else -1
+    print(f"   {actions_listed} actions listed -> {'OK' if aimed and shell.returncode == 0 else 'MISMATCH'}")
+    ok &= aimed and shell.returncode == 0
     step("this run's decision records, from the deciding functions' logs (on AWS: the evidence bucket)")
     records = collect_decisions(outputs, since_ms=int(started * 1000))
     collected = sum(1 for _ in records.open())
