@@ -101,10 +101,13 @@ start_dynamodb_local() {
   local pidfile="$RUN/dynamodb-local.pid"
   if running "$pidfile"; then log "DynamoDB Local already running on :$DYNAMODB_LOCAL_PORT (pid $(cat "$pidfile"))"; return; fi
   port_free "$DYNAMODB_LOCAL_PORT" || { log "port $DYNAMODB_LOCAL_PORT is taken by another process; set DYNAMODB_LOCAL_PORT"; return 1; }
-  # Started directly (no wrapping subshell) so that $! is the JVM itself.
+  # Started directly (no wrapping subshell) so that $! is the JVM itself; from its run folder,
+  # where it writes its metadata file (not the checkout).
+  pushd "$RUN" >/dev/null
   nohup java -Xmx1g -Djava.library.path="$DDB_DIR/DynamoDBLocal_lib" -jar "$DDB_DIR/DynamoDBLocal.jar" \
     -inMemory -sharedDb -disableTelemetry -port "$DYNAMODB_LOCAL_PORT" >"$RUN/dynamodb-local.log" 2>&1 &
   echo $! >"$pidfile"
+  popd >/dev/null
   echo "$DYNAMODB_LOCAL_PORT" >"$RUN/dynamodb-local.port"
   wait_until "DynamoDB Local" 60 dynamodb_local_healthy || { tail -20 "$RUN/dynamodb-local.log" >&2; return 1; }
   log "DynamoDB Local ready on :$DYNAMODB_LOCAL_PORT (pid $(cat "$pidfile"))"

@@ -27,7 +27,9 @@ async fn main() -> Result<(), Error> {
 
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let request_id = Some(event.context.request_id.as_str());
-        Ok::<_, Error>(handler.handle_invocation(event.payload, request_id).await)
+        let trace = event.context.xray_trace_id.clone();
+        let work = handler.handle_invocation(event.payload, request_id);
+        Ok::<_, Error>(servicing_telemetry::with_trace(trace, work).await)
     }))
     .await
 }

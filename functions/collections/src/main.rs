@@ -20,7 +20,8 @@ async fn main() -> Result<(), Error> {
     let handler = &handler;
 
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        Ok::<_, Error>(handler.handle(event.payload).await)
+        let trace = event.context.xray_trace_id.clone();
+        Ok::<_, Error>(servicing_telemetry::with_trace(trace, handler.handle(event.payload)).await)
     }))
     .await
 }

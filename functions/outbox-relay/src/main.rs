@@ -24,7 +24,8 @@ async fn main() -> Result<(), Error> {
     let relay = &relay;
 
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
-        Ok::<_, Error>(relay.handle(event.payload).await)
+        let trace = event.context.xray_trace_id.clone();
+        Ok::<_, Error>(servicing_telemetry::with_trace(trace, relay.handle(event.payload)).await)
     }))
     .await
 }

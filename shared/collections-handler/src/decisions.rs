@@ -92,11 +92,9 @@ pub(crate) fn receive_count(message: &SqsMessage) -> Option<u32> {
 }
 
 /// Prints each record (one line each), stamped with the X-Ray trace of the invocation
-/// (`_X_AMZN_TRACE_ID`).
+/// (from the invocation context: `servicing_telemetry::with_trace`).
 pub(crate) fn emit(decisions: &[DecisionRecord]) {
-    let trace_id = std::env::var("_X_AMZN_TRACE_ID")
-        .ok()
-        .filter(|t| !t.is_empty());
+    let trace_id = servicing_telemetry::current_trace_id();
     for record in decisions {
         let record = DecisionRecord {
             trace_id: trace_id.clone(),

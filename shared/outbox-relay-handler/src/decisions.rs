@@ -113,12 +113,10 @@ pub(crate) fn retried(evidence: DecisionRecord, reason: String) -> DecisionRecor
     }
 }
 
-/// Stamps each record with the X-Ray trace of the invocation (`_X_AMZN_TRACE_ID`) and prints
+/// Stamps each record with the X-Ray trace of the invocation (from the invocation context: `servicing_telemetry::with_trace`) and prints
 /// it (one line each).
 pub(crate) fn emit(decisions: &mut [DecisionRecord]) {
-    let trace_id = std::env::var("_X_AMZN_TRACE_ID")
-        .ok()
-        .filter(|t| !t.is_empty());
+    let trace_id = servicing_telemetry::current_trace_id();
     for record in decisions {
         record.trace_id.clone_from(&trace_id);
         servicing_telemetry::print_decision(record);

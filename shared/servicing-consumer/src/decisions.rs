@@ -23,11 +23,9 @@ pub fn emit_decisions(consumer: &str, decisions: &[DecisionRecord]) {
 }
 
 /// Stamps the invocation on every record: the Lambda request id, and the X-Ray trace id
-/// (`_X_AMZN_TRACE_ID`, which the runtime sets per invocation).
+/// (from the invocation context: `servicing_telemetry::with_trace`).
 pub(crate) fn stamp(decisions: &mut [DecisionRecord], request_id: Option<&str>) {
-    let trace_id = std::env::var("_X_AMZN_TRACE_ID")
-        .ok()
-        .filter(|t| !t.is_empty());
+    let trace_id = servicing_telemetry::current_trace_id();
     for record in decisions {
         record.request_id = request_id.map(str::to_owned);
         record.trace_id.clone_from(&trace_id);

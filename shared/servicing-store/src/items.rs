@@ -261,13 +261,11 @@ pub fn outbox_event(consumer: &str, event: &DomainEvent) -> OutboxEvent {
     }
 }
 
-/// The X-Ray trace header of the invocation writing the item: lambda_runtime sets
-/// `_X_AMZN_TRACE_ID` for each invocation (one at a time per process), so the relay can carry
-/// the trace through `PutEvents` and the servicing queue.
+/// The X-Ray trace header of the invocation writing the item (its context's, see
+/// `servicing_telemetry::with_trace`), so the relay can carry the trace through `PutEvents`
+/// and the servicing queue.
 pub(crate) fn current_trace_header() -> Option<String> {
-    std::env::var("_X_AMZN_TRACE_ID")
-        .ok()
-        .filter(|h| !h.is_empty())
+    servicing_telemetry::current_trace_id()
 }
 
 /// Idempotency records of the API are scoped to the caller: the principal is part of the key.

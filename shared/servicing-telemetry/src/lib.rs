@@ -7,6 +7,7 @@
 
 mod by_source;
 mod decision;
+mod trace;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -17,6 +18,8 @@ pub use decision::{
     DECISION_RECORD_VERSION, DecidedBy, DecisionRecord, RecordKind, RecordVersion, Verdict,
     content_key, decision_line, decision_time, print_decision,
 };
+
+pub use trace::{current_trace_id, with_trace};
 
 pub const NAMESPACE: &str = "LoanServicing";
 
