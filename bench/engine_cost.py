@@ -1,5 +1,5 @@
 """What DynamoDB Local charges for a TransactWriteItems: per item, committed or refused, and
-whether splitting one into parallel smaller ones helps. The README's "what is left on this
+whether splitting one into parallel smaller ones helps. docs/benchmarks.md's "what is left on this
 engine" comes from here.
 
     .local/venv-engines/bin/python bench/engine_cost.py   # with .local/engines.env sourced

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks (not part of the test suite; figures in the README come from these commands):
+# Benchmarks (not part of the test suite; figures in docs/benchmarks.md come from these commands):
 #   infra/bench.sh [loadgen options]   end-to-end on DynamoDB Local vs the Powertools baseline
 #                                      (cost per fact: capacity units by AWS's rules and $ per
 #                                      million facts; standard-queue and FIFO batch orders), the

@@ -75,7 +75,7 @@ def parameters(notification_url: str) -> dict[str, str]:
 
 
 def deploy(notification_url: str) -> dict[str, str]:
-    """`sam deploy`, as on AWS (README "Deploying"): AWS_ENDPOINT_URL points it at MiniStack."""
+    """`sam deploy`, as on AWS (`docs/deploy.md`): AWS_ENDPOINT_URL points it at MiniStack."""
     env = dict(os.environ, SAM_CLI_TELEMETRY="0")
     env["PATH"] = f"{LOCAL / 'venv-tools' / 'bin'}:{env['PATH']}"
     overrides = [f"{k}={v}" for k, v in parameters(notification_url).items()]

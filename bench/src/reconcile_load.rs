@@ -1,4 +1,4 @@
-//! How long the daily reconciliation takes on a large table (README "Operations"): generates a
+//! How long the daily reconciliation takes on a large table (`docs/runbook.md`): generates a
 //! table of `--items` items (default 200,000: claims, outbox events, allocations, quarantine) on
 //! DynamoDB Local and times one window reconciliation over it — the scan the reconciler Lambda
 //! runs, which must finish well inside its 300 s timeout.

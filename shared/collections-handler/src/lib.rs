@@ -1,7 +1,7 @@
 //! The collections consumer: `DelinquencyChanged` events (EventBridge → SQS) in, one customer
 //! notification per action out.
 //!
-//! Protocol (see the README's "Collections actions"):
+//! Protocol (see `docs/functions.md`, "Collections actions"):
 //! 1. read the account's latest change recorded (`DELINQUENCY#collections#<accountId>`);
 //! 2. claim `(collections, eventId)` and, when the change is no older than that one, record it as
 //!    the latest (put only if the stored one is still earlier) and, when it moves to a WORSE bucket

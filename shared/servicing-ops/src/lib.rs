@@ -38,7 +38,7 @@ pub(crate) fn failed<E: std::error::Error>(
 }
 
 /// Segments of a parallel scan: a daily reconciliation of a large table must finish well inside
-/// the reconciler's timeout (measured: `reconcile_load`, README "Operations").
+/// the reconciler's timeout (measured: `reconcile_load`, `docs/runbook.md`).
 pub const SCAN_SEGMENTS: i32 = 4;
 
 /// Every item of the given types, by type, from ONE consistent scan pass (in `SCAN_SEGMENTS`
