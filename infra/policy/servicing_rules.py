@@ -15,6 +15,11 @@ E9115-E9123 (issue #22): the alarms that page on what matters (duplicates, their
 quarantines, the reconciler's findings) and the evidence kept for the audit horizon (every
 consumer's decision records, archived write-once and queryable). A resource behind a
 condition counts only when the condition holds with the default parameters.
+
+E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
+whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
+for every consumer the template has, Lambda's REPORT lines kept (system logs at INFO), and every
+alarm linking its runbook entry (docs/runbook.md#<alarm logical id, lower case>).
 """
 
 from __future__ import annotations
@@ -1246,4 +1251,300 @@ class RunbookHasItsQueries(ServicingRule):
         for what, patterns in RUNBOOK_QUERIES.items():
             if not any(all(re.search(pat, sql) for pat in patterns) for sql in queries):
                 out.append(self.problem(["Resources"], f"no Athena named query on the evidence table's database answers \"{what}\""))
+        return out
+
+
+# ------------------------------------------------------------------ issue #24: failures that page nobody
+
+APIGW = "AWS/ApiGateway"
+# Event sources of consumers: deliveries a function can quarantine (an API answers instead).
+CONSUMER_EVENTS = ("SQS", "DynamoDB", "Kinesis", "EventBridgeRule", "CloudWatchEvent")
+RUNBOOK = ROOT / "docs" / "runbook.md"
+
+
+def alarms_on(cfn):
+    """The alarms created with the default parameters."""
+    return [(n, a) for n, a in resources(cfn, "AWS::CloudWatch::Alarm") if on_by_default(cfn, a)]
+
+
+def metrics_of(alarm):
+    """What an alarm reads: its own metric, or each MetricStat of its Metrics (metric math),
+    as (namespace, metric name, dimensions, statistic)."""
+    p = props(alarm)
+    if p.get("MetricName"):
+        yield p.get("Namespace"), p.get("MetricName"), dimensions(p.get("Dimensions")), p.get("ExtendedStatistic") or p.get("Statistic")
+    for q in as_list(p.get("Metrics") or []):
+        stat = (q or {}).get("MetricStat") if isinstance(q, dict) else None
+        if isinstance(stat, dict):
+            m = stat.get("Metric") or {}
+            yield m.get("Namespace"), m.get("MetricName"), dimensions(m.get("Dimensions")), stat.get("Stat")
+
+
+def binary_of(fn):
+    return ((fn.get("Metadata") or {}).get("BuildProperties") or {}).get("Binary")
+
+
+def http_apis(cfn):
+    """The stack's HTTP APIs: SAM's and API Gateway v2's, and SAM's implicit one (ServerlessHttpApi)
+    when a function's HttpApi event names no ApiId."""
+    found = [n for n, _ in resources(cfn, "AWS::Serverless::HttpApi")]
+    found += [n for n, a in resources(cfn, "AWS::ApiGatewayV2::Api") if props(a).get("ProtocolType") == "HTTP"]
+    if any(not ev.get("ApiId") for _, fn in functions(cfn) for _, ev in events_of(fn, "HttpApi")):
+        found.append("ServerlessHttpApi")
+    return found
+
+
+def on_api(dims, api):
+    return set(dims) <= {"ApiId", "Stage"} and logical_id(dims.get("ApiId")) == api
+
+
+def above(p):
+    return p.get("ComparisonOperator") in ("GreaterThanThreshold", "GreaterThanOrEqualToThreshold")
+
+
+class ApiServerErrorsPage(ServicingRule):
+    id = "E9124"
+    shortdesc = "Every HTTP API's 5xx answers page"
+    description = (
+        "An API that answers a failure itself (503 when DynamoDB throttles, 500 when the store "
+        "refuses) never fails its invocation, so the function's Errors alarm stays quiet: an alarm "
+        "on the API's own 5xx (AWS/ApiGateway, dimension ApiId: !Ref the API) must page above a "
+        "threshold, created with the default parameters."
+    )
+
+    def match(self, cfn):
+        out = []
+        alarms = alarms_on(cfn)
+        for api in http_apis(cfn):
+            reading = [(n, a) for n, a in alarms
+                       if any(ns == APIGW and m == "5xx" and on_api(d, api) for ns, m, d, _ in metrics_of(a))]
+            if not reading:
+                out.append(self.problem(["Resources", api] if api in (cfn.template.get("Resources") or {}) else ["Resources"],
+                                        f"no alarm pages on {api}'s 5xx answers (AWS/ApiGateway 5xx, ApiId = !Ref {api})"))
+            elif not any(above(props(a)) for _, a in reading):
+                out.extend(self.problem(["Resources", n, "Properties", "ComparisonOperator"],
+                                        f"{n} does not page when {api}'s 5xx rise above its threshold") for n, _ in reading)
+        return out
+
+
+class ApiLatencyPages(ServicingRule):
+    id = "E9125"
+    shortdesc = "Every HTTP API's tail latency pages above a parameter"
+    description = (
+        "An average hides the slow tail callers time out on: an alarm on the API's Latency "
+        "(AWS/ApiGateway, ApiId) with a high percentile (ExtendedStatistic p90-p100) above a "
+        "threshold the deployer sets (a parameter)."
+    )
+
+    def match(self, cfn):
+        out = []
+        alarms = alarms_on(cfn)
+        for api in http_apis(cfn):
+            reading = [(n, a) for n, a in alarms if any(ns == APIGW and m == "Latency" and on_api(d, api) for ns, m, d, _ in metrics_of(a))]
+            faults = []
+            for n, a in reading:
+                p = props(a)
+                stats = [s for ns, m, d, s in metrics_of(a) if ns == APIGW and m == "Latency"]
+                if not any(re.fullmatch(r"p(9\d(\.\d+)?|100)", str(s)) for s in stats):
+                    faults.append((n, f"{n} reads {stats}, not a high percentile (ExtendedStatistic p99)"))
+                elif parameter(cfn, p.get("Threshold")) is None:
+                    faults.append((n, f"{n}'s threshold is not a parameter: the latency callers tolerate is the deployer's to set"))
+                elif not above(p):
+                    faults.append((n, f"{n} does not page above its threshold"))
+                else:
+                    break
+            else:
+                if not reading:
+                    out.append(self.problem(["Resources"], f"no alarm pages on {api}'s latency (AWS/ApiGateway Latency, ApiId = !Ref {api}, ExtendedStatistic p99, Threshold a parameter)"))
+                out.extend(self.problem(["Resources", n, "Properties"], f) for n, f in faults)
+        return out
+
+
+def sqs_sources(cfn):
+    """(function, queue logical id, queue) for every SQS event source of a function."""
+    for name, fn in functions(cfn):
+        for _, ev in events_of(fn, "SQS"):
+            qname, q = queue(cfn, ev.get("Queue"))
+            if q is not None:
+                yield name, fn, qname, q
+
+
+class QueuesAlarmOnTheirOldestMessage(ServicingRule):
+    id = "E9126"
+    shortdesc = "Every queue a function consumes alarms on its oldest message before it dead-letters"
+    description = (
+        "A consumer that stalls or retries everything leaves its queue's messages to age; the "
+        "dead-letter alarm only fires after MaxReceiveCount x the visibility timeout. An alarm on "
+        "ApproximateAgeOfOldestMessage (AWS/SQS, QueueName: !GetAtt Q.QueueName, Maximum) must "
+        "page above a threshold that, with the default parameters, is below that horizon."
+    )
+
+    def match(self, cfn):
+        out = []
+        alarms = alarms_on(cfn)
+        for fn_name, _, qname, q in sqs_sources(cfn):
+            reading = [(n, a) for n, a in alarms
+                       if any(ns == "AWS/SQS" and m == "ApproximateAgeOfOldestMessage" and logical_id(d.get("QueueName")) == qname
+                              for ns, m, d, _ in metrics_of(a))]
+            if not reading:
+                out.append(self.problem(["Resources", qname], (
+                    f"no alarm on {qname}'s ApproximateAgeOfOldestMessage ({fn_name} stalled or retrying "
+                    "shows only when its dead-letter queue fills)"
+                )))
+                continue
+            redrive = props(q).get("RedrivePolicy") if isinstance(props(q).get("RedrivePolicy"), dict) else {}
+            receives = number(cfn, redrive.get("maxReceiveCount"), bound="Default") if redrive else None
+            visibility = number(cfn, props(q).get("VisibilityTimeout", 30), bound="Default")
+            horizon = receives * visibility if receives and visibility else None
+            faults = []
+            for n, a in reading:
+                p = props(a)
+                threshold = number(cfn, p.get("Threshold"), bound="Default")
+                if p.get("Statistic") != "Maximum" or not above(p):
+                    faults.append((n, f"{n} must page when the Maximum age rises above its threshold"))
+                elif threshold is None or (horizon is not None and threshold >= horizon):
+                    faults.append((n, (
+                        f"{n} pages at {threshold} s, not before {qname} dead-letters a message "
+                        f"({receives:g} deliveries x {visibility:g} s = {horizon:g} s with the defaults)" if horizon else
+                        f"{n}'s threshold is not a number"
+                    )))
+                else:
+                    break
+            else:
+                out.extend(self.problem(["Resources", n, "Properties"], f) for n, f in faults)
+        return out
+
+
+class SustainedRetriesPage(ServicingRule):
+    id = "E9127"
+    shortdesc = "Each SQS consumer's retries page when they last several periods"
+    description = (
+        "A batch item failure is retried by SQS, harmlessly once; retries in every period mean a "
+        "consumer failing (throttling, a dependency down) long before its messages dead-letter. "
+        "An alarm on the consumer's Retried (LoanServicing, Consumer = its binary, Sum > 0) over "
+        "at least 2 evaluation periods, every one of them breaching."
+    )
+
+    def match(self, cfn):
+        out = []
+        alarms = alarms_on(cfn)
+        seen = set()
+        for fn_name, fn, _, _ in sqs_sources(cfn):
+            consumer = binary_of(fn)
+            if fn_name in seen:
+                continue
+            seen.add(fn_name)
+            reading = [(n, a) for n, a in alarms if consumer and watches(a, "Retried", Consumer=consumer)]
+            if not reading:
+                out.append(self.problem(["Resources", fn_name], (
+                    f"no alarm pages on {fn_name}'s sustained retries (LoanServicing Retried, Consumer={consumer or '<its binary>'})"
+                )))
+                continue
+            ok = False
+            for n, a in reading:
+                p = props(a)
+                periods = number(cfn, p.get("EvaluationPeriods"), bound="Default") or 0
+                datapoints = number(cfn, p.get("DatapointsToAlarm", p.get("EvaluationPeriods")), bound="Default") or 0
+                if periods >= 2 and datapoints == periods and number(cfn, p.get("Threshold")) == 0 \
+                        and p.get("ComparisonOperator") == "GreaterThanThreshold" and p.get("Statistic") == "Sum":
+                    ok = True
+            if not ok:
+                out.extend(self.problem(["Resources", n, "Properties"], (
+                    f"{n} must page on Sum of Retried > 0 in each of at least 2 periods (EvaluationPeriods >= 2, "
+                    "DatapointsToAlarm = EvaluationPeriods): one retry is harmless, retries that last are not"
+                )) for n, _ in reading)
+        return out
+
+
+class EveryConsumerQuarantinePages(ServicingRule):
+    id = "E9128"
+    shortdesc = "Every consumer function of the template has a quarantine alarm"
+    description = (
+        "Derived from the functions (E9118 names three): each function consuming deliveries "
+        "(SQS, streams, EventBridge; an API answers instead) has an alarm paging on its "
+        "quarantines (LoanServicing *Quarantined, Consumer = its binary, > 0), so a new consumer "
+        "cannot be added without one."
+    )
+
+    def match(self, cfn):
+        out = []
+        alarms = alarms_on(cfn)
+        for name, fn in functions(cfn):
+            if not list(events_of(fn, *CONSUMER_EVENTS)):
+                continue
+            consumer = binary_of(fn)
+            paging = consumer is not None and any(
+                props(a).get("Namespace") == LOAN and str(props(a).get("MetricName", "")).endswith("Quarantined")
+                and dimensions(props(a).get("Dimensions")) == {"Consumer": consumer}
+                and number(cfn, props(a).get("Threshold")) == 0 and props(a).get("ComparisonOperator") == "GreaterThanThreshold"
+                for _, a in alarms
+            )
+            if not paging:
+                out.append(self.problem(["Resources", name], (
+                    f"no alarm pages on {name}'s quarantines (LoanServicing Quarantined or RelayQuarantined, "
+                    f"Consumer={consumer or '<its Metadata.BuildProperties.Binary>'}, > 0)"
+                )))
+        return out
+
+
+class SystemLogsKeepReports(ServicingRule):
+    id = "E9129"
+    shortdesc = "Every function's system logs are kept at INFO (its REPORT lines)"
+    description = (
+        "With LogFormat JSON, SystemLogLevel WARN or ERROR drops every platform.report line: "
+        "no duration, memory or init time (cold start) per invocation, and no status of a timed-out "
+        "one. SystemLogLevel must be INFO or DEBUG (or absent: INFO)."
+    )
+
+    def match(self, cfn):
+        out = []
+        fns = list(functions(cfn)) + list(resources(cfn, "AWS::Lambda::Function"))
+        for name, fn in fns:
+            cfg = props(fn).get("LoggingConfig") or {}
+            level = cfg.get("SystemLogLevel")
+            if level is not None and str(level).upper() not in ("INFO", "DEBUG"):
+                out.append(self.problem(["Resources", name, "Properties", "LoggingConfig", "SystemLogLevel"], (
+                    f"{name}'s SystemLogLevel {level} drops Lambda's REPORT lines (duration, memory, init): use INFO"
+                )))
+        return out
+
+
+def runbook_anchors():
+    """The anchors docs/runbook.md defines (GitHub's heading slugs and explicit <a id/name>), or
+    None while it does not exist."""
+    if not RUNBOOK.exists():
+        return None
+    text = RUNBOOK.read_text()
+    anchors = set(re.findall(r"""<a\s+(?:id|name)\s*=\s*["']([^"']+)["']""", text))
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+class AlarmsLinkTheirRunbook(ServicingRule):
+    id = "E9130"
+    shortdesc = "Every alarm's description ends with its runbook link"
+    description = (
+        "The page must say where to start: each alarm's AlarmDescription ends with "
+        "`(runbook: docs/runbook.md#<its logical id, lower case>)`; once docs/runbook.md has an "
+        "entry for any alarm (a heading that is the alarm's id, or an explicit <a id>), it must "
+        "have one for every alarm."
+    )
+
+    def match(self, cfn):
+        out = []
+        alarms = list(resources(cfn, "AWS::CloudWatch::Alarm")) + list(resources(cfn, "AWS::CloudWatch::CompositeAlarm"))
+        anchors = runbook_anchors()
+        # Checked once the runbook has per-alarm entries at all (it is written after the alarms).
+        if anchors is not None and not anchors & {name.lower() for name, _ in alarms}:
+            anchors = None
+        for name, alarm in alarms:
+            anchor = name.lower()
+            path = ["Resources", name, "Properties", "AlarmDescription"]
+            desc = text(props(alarm).get("AlarmDescription"))
+            if desc is None or not desc.rstrip().endswith(f"(runbook: docs/runbook.md#{anchor})"):
+                out.append(self.problem(path, f"{name}'s AlarmDescription does not end with (runbook: docs/runbook.md#{anchor})"))
+            elif anchors is not None and anchor not in anchors:
+                out.append(self.problem(path, f"docs/runbook.md has no #{anchor} (a heading `{name}` or <a id=\"{anchor}\">)"))
         return out
