@@ -127,5 +127,12 @@ pub fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
     }
 }
 
+/// An epoch time (seconds) as people read it: ISO 8601, UTC (`2026-11-02T10:00:00Z`).
+pub fn iso(epoch_secs: i64) -> String {
+    chrono::DateTime::from_timestamp(epoch_secs, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| epoch_secs.to_string())
+}
+
 /// The one clock (epoch seconds), shared with the store.
 pub use servicing_store::epoch_seconds;

@@ -23,7 +23,7 @@ pub struct ParkedView {
 }
 
 impl ParkedView {
-    /// `<account> <source> parked at <epoch s>: waits for …` (or `ready`).
+    /// `<account> <source> parked at <ISO 8601>: waits for …` (or `ready`).
     pub fn line(&self) -> String {
         let waits = match &self.fact.awaits {
             Some(awaits) => format!("waits for {}", awaits.awaited(&self.account)),
@@ -31,7 +31,10 @@ impl ParkedView {
         };
         format!(
             "{} {} parked at {} (message {}): {waits}",
-            self.account, self.fact.source, self.fact.parked_at, self.fact.message_id
+            self.account,
+            self.fact.source,
+            crate::iso(self.fact.parked_at),
+            self.fact.message_id
         )
     }
 }

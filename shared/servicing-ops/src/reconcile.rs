@@ -64,8 +64,10 @@ impl Reconciliation {
     /// The explanation, one line each, as printed by `ledgerctl reconcile`.
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "consumer {} window [{}, {}) (epoch s)",
-            self.consumer, self.window.0, self.window.1
+            "consumer {} window [{}, {})",
+            self.consumer,
+            crate::iso(self.window.0),
+            crate::iso(self.window.1)
         )];
         if let Some(s) = &self.source {
             out.push(format!("SourceEventCount            {:>7}", s.events));

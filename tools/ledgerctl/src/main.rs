@@ -104,12 +104,7 @@ fn time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
         })
 }
 
-/// An epoch time (seconds) as ISO 8601 for people.
-fn iso(epoch_secs: i64) -> String {
-    chrono::DateTime::from_timestamp(epoch_secs, 0)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_else(|| epoch_secs.to_string())
-}
+use servicing_ops::iso;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
