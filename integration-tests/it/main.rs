@@ -29,6 +29,7 @@ mod money;
 mod operations;
 mod parking;
 mod payments_api;
+mod payments_status;
 mod reconciler;
 mod relay;
 mod retention;

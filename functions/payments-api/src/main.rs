@@ -18,7 +18,11 @@ async fn main() -> Result<(), Error> {
     let api = PaymentsApi::with_config(store, &config);
     let api = &api;
     lambda_http::run(service_fn(move |request: Request| async move {
-        Ok::<_, Error>(api.handle(request).await)
+        use lambda_http::RequestExt;
+        let trace = request
+            .lambda_context_ref()
+            .and_then(|c| c.xray_trace_id.clone());
+        Ok::<_, Error>(servicing_telemetry::with_trace(trace, api.handle(request)).await)
     }))
     .await
 }

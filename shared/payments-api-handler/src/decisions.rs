@@ -68,7 +68,7 @@ pub fn command_decision(
         Err(refusal) => DecisionRecord {
             verdict: refusal.verdict,
             decided_by: refusal.decided_by,
-            code: Some(refusal.problem.kind.to_owned()),
+            code: Some(refusal.problem.kind.slug().to_owned()),
             reason: Some(refusal.problem.detail.clone()),
             ..known
         },
@@ -78,14 +78,11 @@ pub fn command_decision(
 /// A command's record before anything is known of it, stamped with the API Gateway request id
 /// (`messageId`), the Lambda request id and the X-Ray trace when the invocation has them.
 pub(crate) fn invocation(request: &Request) -> DecisionRecord {
-    let gateway_request = match request.request_context_ref() {
-        Some(RequestContext::ApiGatewayV2(context)) => context.request_id.clone(),
-        _ => None,
-    };
+    let gateway_request = gateway_request_id(request);
     let lambda = request.lambda_context_ref();
     let trace_id = lambda
         .and_then(|c| c.xray_trace_id.clone())
-        .or_else(|| std::env::var("_X_AMZN_TRACE_ID").ok())
+        .or_else(servicing_telemetry::current_trace_id)
         .filter(|t| !t.is_empty());
     DecisionRecord {
         request_id: lambda
@@ -101,13 +98,24 @@ pub(crate) fn invocation(request: &Request) -> DecisionRecord {
     }
 }
 
+/// The API Gateway request id: the decision record's `messageId` and every problem's
+/// `instance` (what a client quotes to support, found in the access log and the records).
+pub(crate) fn gateway_request_id(request: &Request) -> Option<String> {
+    match request.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(context)) => {
+            context.request_id.clone().filter(|id| !id.is_empty())
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
     use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
 
     use super::{Refusal, command_decision};
-    use crate::{CONSUMER, IdempotencyKey, PaymentCommand, Principal, Problem};
+    use crate::{CONSUMER, IdempotencyKey, PaymentCommand, Principal, Problem, ProblemType};
 
     /// What `post_payment` knows of a valid command by the time the store answers.
     fn known() -> DecisionRecord {
@@ -150,12 +158,7 @@ mod tests {
     #[test]
     fn when_a_command_is_refused_should_record_the_problem_type_and_how_it_was_decided() {
         let reused = Refusal::by_record(
-            Problem::new(
-                422,
-                "idempotency-key-reused",
-                "t",
-                "this key was first used",
-            ),
+            Problem::new(ProblemType::IdempotencyKeyReused, "this key was first used"),
             Verdict::KeyReused,
         );
         let record = command_decision(known(), &Err(reused));
@@ -179,7 +182,7 @@ mod tests {
         for (refusal, verdict, by, code) in [
             (
                 Refusal::by_record(
-                    Problem::new(422, "idempotency-key-expired", "t", "d"),
+                    Problem::new(ProblemType::IdempotencyKeyExpired, "d"),
                     Verdict::KeyExpired,
                 ),
                 "key-expired",
@@ -188,7 +191,7 @@ mod tests {
             ),
             (
                 Refusal::by_record(
-                    Problem::new(409, "request-in-flight", "t", "d"),
+                    Problem::new(ProblemType::RequestInFlight, "d"),
                     Verdict::InFlight,
                 ),
                 "in-flight",
@@ -196,7 +199,7 @@ mod tests {
                 "request-in-flight",
             ),
             (
-                Refusal::by_account(Problem::new(404, "unknown-account", "t", "d")),
+                Refusal::by_account(Problem::new(ProblemType::UnknownAccount, "d")),
                 "refused",
                 "business-rule",
                 "unknown-account",
@@ -231,9 +234,7 @@ mod tests {
         let record = command_decision(
             unauthenticated,
             &Err(Refusal::invalid(Problem::new(
-                401,
-                "unauthenticated",
-                "t",
+                ProblemType::Unauthenticated,
                 "no identity",
             ))),
         );

@@ -1,13 +1,17 @@
 //! The payments API behind API Gateway (HTTP API, payload 2.0):
 //!
 //! - `POST /v1/payments` with an `Idempotency-Key`: the first request stores the caller-scoped
-//!   idempotency record (request fingerprint, response) and an outbox item carrying the canonical
-//!   `PAYMENT_SETTLED` event in ONE transaction and answers 202; the event reaches the servicing
-//!   queue through the relay, EventBridge and a rule. The same key with the same body replays the
+//!   idempotency record (request fingerprint, response, and the canonical `PAYMENT_SETTLED`
+//!   event it carries) with a `ConditionCheck` of the account in ONE transaction and answers
+//!   202; the relay puts the event on the FIFO servicing queue itself (its account's group,
+//!   deduplicated on the operation id) and publishes it on EventBridge. The same key with the same body replays the
 //!   stored answer (`Idempotent-Replayed: true`); with another body it is a 422.
+//!   Every 202 names the payment's status resource (`Location: /v1/payments/{operationId}`).
+//! - `GET /v1/payments/{operationId}`: the payment's status for its caller (`status`).
 //! - `GET /v1/loans/{accountId}` and `GET /v1/loans/{accountId}/allocations`.
 //!
-//! Errors are `application/problem+json` (RFC 9457) naming the field and the rule.
+//! Errors are `application/problem+json` (RFC 9457) naming the field and the rule, each of one
+//! [`ProblemType`] and with the API Gateway request id as its `instance`.
 //!
 //! Every POST command leaves one decision record (consumer `payments-api`, `messageId` = the
 //! API Gateway request id): accepted, replayed, key-reused, key-expired, in-flight or refused,
@@ -18,6 +22,7 @@ mod config;
 mod decisions;
 mod problem;
 pub mod responses;
+mod status;
 
 use std::time::Duration;
 
@@ -30,13 +35,14 @@ use servicing_store::{CommandOutcome, OutboxEvent, ServicingStore, StoreError, S
 use servicing_telemetry::{DecisionRecord, Verdict};
 use sha2::{Digest, Sha256};
 
-pub use command::{FieldError, IdempotencyKey, PaymentCommand, Principal};
+pub use command::{FieldError, IdempotencyKey, KeyError, PaymentCommand, Principal};
 pub use config::{CONSUMER, Config};
 pub use decisions::{Refusal, command_decision};
-pub use problem::Problem;
+pub use problem::{Problem, ProblemType};
 pub use servicing_settings::{ConfigError, FromSettings};
 
-/// The EventBridge `source` of API-originated payments (a rule routes them to the servicing queue).
+/// The EventBridge `source` of API-originated payments (the relay also puts them on the
+/// servicing queue itself).
 pub const EVENT_SOURCE: &str = "servicing.payments-api";
 pub const DETAIL_TYPE: &str = "PaymentSettled";
 
@@ -68,34 +74,39 @@ impl PaymentsApi {
     }
 
     /// Routes on what API Gateway matched (the route key and its path parameters), not on a
-    /// re-parse of the raw path.
+    /// re-parse of the raw path. Every problem names the request (`instance`).
     pub async fn handle(&self, request: Request) -> Response<Body> {
         let route_key = match request.request_context_ref() {
             Some(RequestContext::ApiGatewayV2(context)) => context.route_key.clone(),
             _ => None,
         };
-        let account = request
-            .path_parameters_ref()
-            .and_then(|p| p.first("accountId"))
-            .map(str::to_owned);
-        let response = match (route_key.as_deref(), account.as_deref()) {
-            (Some("POST /v1/payments"), _) => {
+        let parameter = |name: &str| {
+            request
+                .path_parameters_ref()
+                .and_then(|p| p.first(name))
+                .map(str::to_owned)
+        };
+        let (account, operation) = (parameter("accountId"), parameter("operationId"));
+        let response = match (route_key.as_deref(), account.as_deref(), operation) {
+            (Some("POST /v1/payments"), _, _) => {
                 let (response, decision) = self.post(&request).await;
                 servicing_telemetry::print_decision(&decision);
                 return response;
             }
-            (Some("GET /v1/loans/{accountId}"), Some(account)) => self.get_loan(account).await,
-            (Some("GET /v1/loans/{accountId}/allocations"), Some(account)) => {
+            (Some("GET /v1/payments/{operationId}"), _, Some(operation)) => {
+                self.get_payment(&request, &operation).await
+            }
+            (Some("GET /v1/loans/{accountId}"), Some(account), _) => self.get_loan(account).await,
+            (Some("GET /v1/loans/{accountId}/allocations"), Some(account), _) => {
                 self.get_allocations(account).await
             }
-            _ => Err(Problem::new(
-                404,
-                "not-found",
-                "No such route",
-                "see docs/openapi.json",
-            )),
+            _ => Err(Problem::new(ProblemType::NotFound, "see docs/openapi.json")),
         };
-        response.unwrap_or_else(Problem::into_response)
+        response.unwrap_or_else(|problem| {
+            problem
+                .for_request(decisions::gateway_request_id(&request).as_deref())
+                .into_response()
+        })
     }
 
     /// `POST /v1/payments`: the answer, and the command's decision record (which
@@ -113,7 +124,11 @@ impl PaymentsApi {
         );
         let response = match outcome {
             Ok((response, _)) => response,
-            Err(refusal) => refusal.problem.into_response(),
+            // The decision record's messageId is the id the problem names.
+            Err(refusal) => refusal
+                .problem
+                .for_request(Some(decision.message_id.as_str()))
+                .into_response(),
         };
         (response, decision)
     }
@@ -125,33 +140,14 @@ impl PaymentsApi {
         request: &Request,
         known: &mut DecisionRecord,
     ) -> Result<(Response<Body>, Verdict), Refusal> {
-        let principal = principal(request).ok_or_else(|| {
-            Refusal::invalid(Problem::new(
-                401,
-                "unauthenticated",
-                "No authenticated principal",
-                "the request carries no IAM or JWT identity",
-            ))
-        })?;
+        let principal = principal(request).ok_or_else(|| Refusal::invalid(unauthenticated()))?;
         known.source_system = Some(principal.source_system());
-        let key = IdempotencyKey::parse(
-            request
-                .headers()
-                .get("idempotency-key")
-                .map(|v| v.as_bytes()),
-        )
-        .map_err(|why| {
-            Refusal::invalid(Problem::new(
-                400,
-                "invalid-idempotency-key",
-                "Invalid Idempotency-Key",
-                &why,
-            ))
-        })?;
+        let key = idempotency_key(request)
+            .map_err(|e| Refusal::invalid(Problem::new(e.problem_type(), e.detail())))?;
         known.source_event_id = Some(key.source_event_id());
         let command = PaymentCommand::parse(request.body().as_ref()).map_err(|e| {
             Refusal::invalid(match e {
-                Err(why) => Problem::new(400, "malformed-body", "Malformed request body", &why),
+                Err(why) => Problem::new(ProblemType::MalformedBody, &why),
                 Ok(errors) => Problem::validation(errors),
             })
         })?;
@@ -171,12 +167,7 @@ impl PaymentsApi {
             chrono::DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now)
         });
         check_event_time(event_time, now, self.max_event_time_skew).map_err(Refusal::invalid)?;
-        let operation_id = format!(
-            "op_{}",
-            &command::hex(&Sha256::digest(
-                format!("{}\n{}", principal.scope(), key.as_str()).as_bytes()
-            ))[..24]
-        );
+        let operation_id = operation_id(&principal, &key);
         // The domain's canonical form (what the consumer fingerprints), plus the transport
         // fields the contract tolerates.
         let event = ServicingEvent {
@@ -223,11 +214,15 @@ impl PaymentsApi {
                 tokio::time::sleep(servicing_store::backoff(attempt, Duration::from_millis(20)))
                     .await;
             }
+            // The record is keyed by the caller's scope and the operation id, not the raw key:
+            // the id is a one-way hash of them, so `GET /v1/payments/{operationId}` could not
+            // find a record keyed by the key. One key still means one record (and two keys
+            // sharing 96 bits of hash would share the outbox `eventId` anyway).
             let outcome = self
                 .store
                 .record_command(
                     &principal.scope(),
-                    key.as_str(),
+                    &operation_id,
                     &command.account_id,
                     &command.currency,
                     &stored,
@@ -238,21 +233,21 @@ impl PaymentsApi {
             match outcome {
                 CommandOutcome::Accepted => {
                     tracing::info!(operation_id, "payment accepted");
-                    let response = json_response(stored.status, &stored.body, false);
+                    let response =
+                        json_response(stored.status, &stored.body, false).located(&operation_id);
                     return Ok((response, Verdict::Accepted));
                 }
                 CommandOutcome::Existing(previous)
                     if previous.request_fingerprint == fingerprint =>
                 {
-                    let response = json_response(previous.status, &previous.body, true);
+                    let response =
+                        json_response(previous.status, &previous.body, true).located(&operation_id);
                     return Ok((response, Verdict::Replayed));
                 }
                 CommandOutcome::Existing(_) => {
                     return Err(Refusal::by_record(
                         Problem::new(
-                            422,
-                            "idempotency-key-reused",
-                            "Idempotency-Key reused with a different request",
+                            ProblemType::IdempotencyKeyReused,
                             "this key was first used with another body; use a new key for a new payment",
                         ),
                         Verdict::KeyReused,
@@ -261,9 +256,7 @@ impl PaymentsApi {
                 CommandOutcome::Expired => {
                     return Err(Refusal::by_record(
                         Problem::new(
-                            422,
-                            "idempotency-key-expired",
-                            "Idempotency-Key used before, beyond its retention",
+                            ProblemType::IdempotencyKeyExpired,
                             "this key was used longer ago than the retention and can no longer be replayed or reused; use a new key for a new payment",
                         ),
                         Verdict::KeyExpired,
@@ -284,13 +277,7 @@ impl PaymentsApi {
             }
         }
         Err(Refusal::by_record(
-            Problem::new(
-                409,
-                "request-in-flight",
-                "A request with this key is in progress",
-                "retry shortly",
-            )
-            .with_retry_after(1),
+            Problem::new(ProblemType::RequestInFlight, "retry shortly").with_retry_after(1),
             Verdict::InFlight,
         ))
     }
@@ -418,10 +405,15 @@ fn parse_account(raw: &str) -> Result<AccountId, Problem> {
 
 fn unknown_account(id: &AccountId) -> Problem {
     Problem::new(
-        404,
-        "unknown-account",
-        "Unknown account",
+        ProblemType::UnknownAccount,
         &format!("no loan account {id}"),
+    )
+}
+
+fn unauthenticated() -> Problem {
+    Problem::new(
+        ProblemType::Unauthenticated,
+        "the request carries no IAM or JWT identity",
     )
 }
 
@@ -429,13 +421,52 @@ fn store_problem(error: StoreError) -> Problem {
     tracing::error!(error = %error, "store failure");
     match error {
         StoreError::Transient(_) => Problem::new(
-            503,
-            "temporarily-unavailable",
-            "Temporarily unavailable",
+            ProblemType::TemporarilyUnavailable,
             "retry with the same Idempotency-Key",
         )
         .with_retry_after(1),
-        _ => Problem::new(500, "internal", "Internal error", "the failure was logged"),
+        _ => Problem::new(
+            ProblemType::Internal,
+            "the failure was logged; quote the instance to support",
+        ),
+    }
+}
+
+/// The payment's operation id: `op_` + the first 24 hex of sha256(scope + "\n" + key). The
+/// outbox event's `eventId` and the idempotency record's key (with the caller's scope): a
+/// status read derives the record from it and the caller, no lookup of the key needed.
+pub fn operation_id(principal: &Principal, key: &IdempotencyKey) -> String {
+    format!(
+        "op_{}",
+        &command::hex(&Sha256::digest(
+            format!("{}\n{}", principal.scope(), key.as_str()).as_bytes()
+        ))[..24]
+    )
+}
+
+/// The request's one `Idempotency-Key`. Payload 2.0 joins duplicate headers into one value
+/// (commas, which [`IdempotencyKey::parse`] refuses); a request that still holds two header
+/// values (another payload format) is refused the same way, never read as its first.
+fn idempotency_key(request: &Request) -> Result<IdempotencyKey, KeyError> {
+    let mut values = request.headers().get_all("idempotency-key").iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(KeyError::multiple());
+    }
+    IdempotencyKey::parse(first.map(|v| v.as_bytes()))
+}
+
+/// A 202 names the payment's status resource, first answer and replays alike.
+trait Located {
+    fn located(self, operation_id: &str) -> Self;
+}
+
+impl Located for Response<Body> {
+    fn located(mut self, operation_id: &str) -> Self {
+        if let Ok(value) = format!("/v1/payments/{operation_id}").parse() {
+            self.headers_mut().insert("location", value);
+        }
+        self
     }
 }
 
@@ -455,7 +486,7 @@ fn json_response(status: u16, body: &str, replayed: bool) -> Response<Body> {
 mod tests {
     use std::time::Duration;
 
-    use super::{check_event_time, iam_caller, principal};
+    use super::{KeyError, check_event_time, iam_caller, idempotency_key, principal};
 
     #[test]
     fn when_event_time_is_beyond_the_configured_skew_should_refuse_it_stating_the_bound() {
@@ -516,6 +547,25 @@ mod tests {
             serde_json::json!({"iss": "https://idp-a.example", "client_id": "42"}),
         ));
         assert_ne!(client.expect("principal").scope(), a.scope());
+    }
+
+    #[test]
+    fn when_the_request_holds_two_idempotency_key_values_should_refuse_both_not_take_the_first() {
+        let mut request = lambda_http::Request::new(lambda_http::Body::Empty);
+        request
+            .headers_mut()
+            .append("idempotency-key", "order-1".parse().expect("value"));
+        assert_eq!(
+            idempotency_key(&request).map(|k| k.as_str().to_owned()),
+            Ok("order-1".to_owned())
+        );
+        request
+            .headers_mut()
+            .append("idempotency-key", "order-2".parse().expect("value"));
+        assert!(matches!(
+            idempotency_key(&request),
+            Err(KeyError::Multiple(_))
+        ));
     }
 
     #[test]

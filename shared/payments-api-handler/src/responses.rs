@@ -1,14 +1,14 @@
 //! The API's response bodies, as `docs/openapi.json` describes them (errors are `Problem`).
 
 use chrono::NaiveDate;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use servicing_domain::{
     AccountId, Allocation, Bucket, Currency, InstallmentPayment, LoanAccount, SourceRef,
     StoredAllocation,
 };
 
 /// A fact's identity on the wire.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FactRef {
     pub source_system: String,
@@ -35,7 +35,7 @@ pub struct Accepted {
     pub payment: AcceptedPayment,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AcceptedPayment {
     pub account_id: AccountId,
@@ -44,6 +44,85 @@ pub struct AcceptedPayment {
     pub reference: String,
     /// The payment's business time as the event carries it (canonical form).
     pub event_time: String,
+}
+
+/// The stored 202 body, read back by `GET /v1/payments/{operationId}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredAccepted {
+    pub operation_id: String,
+    #[serde(flatten)]
+    pub fact: FactRef,
+    pub payment: AcceptedPayment,
+}
+
+/// Where an accepted payment stands (`GET /v1/payments/{operationId}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PaymentState {
+    /// Recorded and on its way: account-state has not judged its fact yet.
+    Accepted,
+    /// Applied to the account: its allocation is stored.
+    Applied,
+    /// Waiting on the account for another fact.
+    Parked,
+    /// Not applied, and nothing will apply it (see [`NotApplied`]).
+    Rejected,
+}
+
+/// Why a payment answered 202 is not applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotApplied {
+    /// A business rule refused it (its quarantine item says which).
+    Rejected,
+    /// Judged stale.
+    Stale,
+    /// Another payload holds the payment's identity; this one was quarantined as a collision.
+    Collision,
+    /// No fact applied within the retention: nothing can apply it any more (an applied
+    /// payment's record is kept for good).
+    NotAppliedWithinRetention,
+}
+
+/// 200 to `GET /v1/payments/{operationId}`: the 202's payment, and where it stands.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentStatus {
+    pub operation_id: String,
+    pub status: PaymentState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<NotApplied>,
+    #[serde(flatten)]
+    pub fact: FactRef,
+    pub payment: AcceptedPayment,
+    /// When the API accepted it (RFC 3339).
+    pub accepted_at: String,
+    /// Applied only (a `None` adds no field).
+    #[serde(flatten)]
+    pub applied: Option<AppliedPayment>,
+}
+
+/// What an applied payment's record holds (its allocation, stored with it).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedPayment {
+    pub allocation: Allocation,
+    pub installments_paid: Vec<InstallmentPayment>,
+    pub applied_on: NaiveDate,
+    /// The reversal that undid it, if any.
+    pub reversed_by: Option<FactRef>,
+}
+
+impl From<StoredAllocation> for AppliedPayment {
+    fn from(a: StoredAllocation) -> Self {
+        Self {
+            allocation: a.allocation,
+            installments_paid: a.installments_paid,
+            applied_on: a.applied_on,
+            reversed_by: a.reversed_by.as_ref().map(FactRef::from),
+        }
+    }
 }
 
 /// 200 to `GET /v1/loans/{accountId}`.

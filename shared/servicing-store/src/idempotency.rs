@@ -48,7 +48,9 @@ impl ServicingStore {
     pub async fn record_command(
         &self,
         principal_scope: &str,
-        key: &str,
+        // The operation id the API derives from the caller's key: the record's key (the raw
+        // key is never stored), what `GET /v1/payments/{operationId}` reads.
+        operation_id: &str,
         account_id: &AccountId,
         currency: &Currency,
         response: &StoredResponse,
@@ -56,7 +58,7 @@ impl ServicingStore {
     ) -> Result<CommandOutcome, StoreError> {
         let (now, _) = now_epoch();
         let replay_until = now + self.config.claim_retention.as_secs() as i64;
-        let (pk, sk) = items::idempotency_key(principal_scope, key);
+        let (pk, sk) = items::idempotency_key(principal_scope, operation_id);
         // No `expiresAt`: TTL never deletes the record, so a key reused after the retention
         // meets it (a tombstone) instead of creating a payment whose outbox event id — derived
         // from the key — already exists downstream. It replays until `replayUntil`.
@@ -66,7 +68,7 @@ impl ServicingStore {
             item_type: IdempotencyRecord::ITEM_TYPE.into(),
             schema_version: schema::SCHEMA_VERSION,
             principal_scope: principal_scope.into(),
-            idempotency_key: key.into(),
+            idempotency_key: operation_id.into(),
             fingerprint: response.request_fingerprint.as_str().into(),
             response_status: response.status,
             response_body: response.body.clone(),

@@ -184,7 +184,10 @@ pub fn payment(args: &PaymentArgs, json: bool) -> anyhow::Result<bool> {
     runtime()?.block_on(async {
         let target = args.target.resolve(None).await?;
         let dynamodb = target.dynamodb();
-        let (pk, sk) = servicing_store::items::idempotency_key(&principal.scope(), key.as_str());
+        // Records are keyed by the caller's scope and the operation id (what GET
+        // /v1/payments/{operationId} reads), derived from the key.
+        let operation = payments_api_handler::operation_id(&principal, &key);
+        let (pk, sk) = servicing_store::items::idempotency_key(&principal.scope(), &operation);
         let item = dynamodb
             .get_item()
             .table_name(&target.table)
