@@ -3,7 +3,7 @@
 
 use servicing_store::schema::{self, ActionItem};
 
-use crate::{failed, scan_types};
+use crate::{get_record, scan_types};
 
 /// Every action (optionally of one account and/or in one status), oldest first. A scan: actions
 /// have no account index.
@@ -37,19 +37,6 @@ pub async fn inspect(
     table: &str,
     action_id: &str,
 ) -> anyhow::Result<Option<ActionItem>> {
-    let key = servicing_store::items::key_item(servicing_store::items::action_key(action_id));
-    client
-        .get_item()
-        .table_name(table)
-        .set_key(Some(key))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(failed(format!("cannot read action {action_id}")))?
-        .item
-        .map(|item| {
-            schema::from_item(item)
-                .map_err(|e| anyhow::anyhow!("action {action_id} does not decode: {e}"))
-        })
-        .transpose()
+    let key = servicing_store::items::action_key(action_id);
+    get_record(client, table, key, &format!("action {action_id}")).await
 }

@@ -100,22 +100,29 @@ pub async fn account_state_claim(
     table: &str,
     source: &servicing_domain::SourceRef,
 ) -> anyhow::Result<Option<ClaimRecord>> {
-    let key = servicing_store::items::key_item(servicing_store::items::claim_key(
-        "account-state",
-        source,
-    ));
+    let key = servicing_store::items::claim_key("account-state", source);
+    get_record(client, table, key, &format!("the claim of {source}")).await
+}
+
+/// The item at `key`, decoded as `T` (consistent read; `what` names it in errors).
+pub(crate) async fn get_record<T: serde::de::DeserializeOwned>(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    key: (String, String),
+    what: &str,
+) -> anyhow::Result<Option<T>> {
     client
         .get_item()
         .table_name(table)
-        .set_key(Some(key))
+        .set_key(Some(servicing_store::items::key_item(key)))
         .consistent_read(true)
         .send()
         .await
-        .map_err(failed(format!("cannot read the claim of {source}")))?
+        .map_err(failed(format!("cannot read {what}")))?
         .item
         .map(|item| {
             servicing_store::schema::from_item(item)
-                .map_err(|e| anyhow::anyhow!("the claim of {source} does not decode: {e}"))
+                .map_err(|e| anyhow::anyhow!("{what} does not decode: {e}"))
         })
         .transpose()
 }

@@ -15,10 +15,10 @@ pub enum Format {
 #[derive(Debug, clap::Args)]
 pub struct IncidentArgs {
     /// Start of the window (decided at or after), RFC 3339, e.g. `2026-11-02T10:00:00Z`.
-    #[arg(long, value_parser = time)]
+    #[arg(long, value_parser = crate::time)]
     from: DateTime<Utc>,
     /// End of the window (decided before), RFC 3339, e.g. `2026-11-02T11:00:00Z`.
-    #[arg(long, value_parser = time)]
+    #[arg(long, value_parser = crate::time)]
     to: DateTime<Utc>,
     /// Only this source's deliveries (`api` for every API caller), e.g. `prov-a`.
     #[arg(long)]
@@ -48,11 +48,6 @@ pub struct IncidentArgs {
     /// Exit 1 when a collision or suspected duplicate needs a person (for scripts and alarms).
     #[arg(long)]
     fail_on_findings: bool,
-}
-
-fn time(text: &str) -> Result<DateTime<Utc>, String> {
-    incident::records::parse_time(text)
-        .ok_or_else(|| format!("{text:?} is not an RFC 3339 time such as 2026-11-02T10:00:00Z"))
 }
 
 /// Exit 0 once the report is written; with `--fail-on-findings`, 1 when a collision or a

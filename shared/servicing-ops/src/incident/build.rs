@@ -1,6 +1,7 @@
 //! The report from the window's records and what the table stores for them. Pure: the reads
 //! are in `stored`, the files in `records`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
@@ -116,7 +117,7 @@ pub fn report(
     generated_at: DateTime<Utc>,
 ) -> IncidentReport {
     let (attributed, inferred) = attribute_quarantined(collected, stored);
-    let collected = &attributed;
+    let collected: &Collected = &attributed;
     let mut by_account: BTreeMap<String, Vec<&Timed>> = BTreeMap::new();
     let mut unattributed = Vec::new();
     let mut selected = 0u64;
@@ -139,7 +140,7 @@ pub fn report(
                 .or_default()
                 .entry(t.record.consumer.clone())
                 .or_default()
-                .entry(verdict_name(t.record.verdict))
+                .entry(t.record.verdict.as_str().to_owned())
                 .or_default() += 1;
         }
     }
@@ -241,16 +242,21 @@ pub fn report(
 }
 
 /// The records with the account of each undecodable body filled in from its quarantine item
-/// (when the table was read and the body names one), and the message ids so attributed.
-fn attribute_quarantined(
-    collected: &Collected,
+/// (when the table was read and the body names one), and the message ids so attributed. The
+/// records are copied only when one is attributed.
+fn attribute_quarantined<'a>(
+    collected: &'a Collected,
     stored: Option<&Stored>,
-) -> (Collected, BTreeSet<String>) {
-    let mut attributed = collected.clone();
+) -> (Cow<'a, Collected>, BTreeSet<String>) {
     let mut inferred = BTreeSet::new();
-    let Some(stored) = stored else {
-        return (attributed, inferred);
+    let Some(stored) = stored.filter(|s| {
+        collected.records.iter().any(|t| {
+            t.record.account_id.is_none() && s.quarantined.contains_key(&t.record.message_id)
+        })
+    }) else {
+        return (Cow::Borrowed(collected), inferred);
     };
+    let mut attributed = collected.clone();
     for t in attributed
         .records
         .iter_mut()
@@ -269,7 +275,7 @@ fn attribute_quarantined(
             inferred.insert(t.record.message_id.clone());
         }
     }
-    (attributed, inferred)
+    (Cow::Owned(attributed), inferred)
 }
 
 fn account_impact(
@@ -388,13 +394,6 @@ fn collision(t: &Timed, stored: Option<&Stored>) -> Collision {
     }
 }
 
-fn verdict_name(v: Verdict) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 /// `account_from_quarantine`: the body named no readable account; its quarantine item did.
 fn delivery(t: &Timed, account_from_quarantine: bool) -> Delivery {
     let r = &t.record;
@@ -409,12 +408,9 @@ fn delivery(t: &Timed, account_from_quarantine: bool) -> Delivery {
         event_time: r.event_time.clone(),
         amount_minor: r.amount_minor,
         currency: r.currency.clone(),
-        verdict: verdict_name(r.verdict),
-        outcome: r.outcome.map(verdict_name),
-        decided_by: serde_json::to_value(r.decided_by)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        verdict: r.verdict.as_str().to_owned(),
+        outcome: r.outcome.map(|o| o.as_str().to_owned()),
+        decided_by: r.decided_by.as_str().to_owned(),
         code: r.code.clone(),
     }
 }
