@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 
 REQUESTS = {"count": 0}
 # One JSON line per request and its answer, for the Rust bench's capacity meter
-# (integration-tests/support/capacity.rs charges both sides by the same rules).
+# (tests/support/capacity.rs charges both sides by the same rules).
 CAPACITY_LOG = []
 
 

@@ -13,7 +13,7 @@ use std::time::Instant;
 use integration_tests::Engine;
 use integration_tests::api_gateway::event;
 use integration_tests::servicing::{Servicing, sqs_message};
-use payments_api_handler::PaymentsApi;
+use payments_api::PaymentsApi;
 use serde_json::json;
 
 const CALLER: &str = "arn:aws:iam::123456789012:user/bench";

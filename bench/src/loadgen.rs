@@ -28,11 +28,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::process::Command;
 use std::time::Instant;
 
+use account_state::MessageResult;
 use integration_tests::capacity::{Capacity, CapacityMeter};
 use integration_tests::servicing::{Servicing, sqs_message};
 use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
-use servicing_consumer::MessageResult;
 
 struct Args {
     /// Accounts processed in parallel inside a batch (the handler's ACCOUNT_CONCURRENCY).
@@ -49,13 +49,13 @@ struct Args {
 
 fn args() -> Args {
     let mut a = Args {
-        concurrency: servicing_consumer::Config::for_table("").account_concurrency,
+        concurrency: account_state::Config::for_table("").account_concurrency,
         accounts: 40,
         events: 25,
         duplicate_percent: 20,
         repeats: 5,
         fifo: false,
-        transaction_items: servicing_consumer::MAX_TRANSACTION_ITEMS,
+        transaction_items: account_state::MAX_TRANSACTION_ITEMS,
         engine: Engine::DynamoDbLocal,
         python: ".local/venv-bench/bin/python".into(),
     };
@@ -617,7 +617,7 @@ async fn main() {
         peak_rss_mb()
     );
     println!(
-        "capacity by AWS's rules (integration-tests/support/capacity.rs: 2 WCU per started KB in a transaction); {}; Lambda at {} MB, duration as measured here",
+        "capacity by AWS's rules (tests/support/capacity.rs: 2 WCU per started KB in a transaction); {}; Lambda at {} MB, duration as measured here",
         prices::DATED,
         (MEMORY_GB * 1024.0) as u32
     );

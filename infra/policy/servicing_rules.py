@@ -650,7 +650,7 @@ def bounds(cfn, value):
 
 # The contract's rule (docs/EVENTS.md, "How long a fact is remembered"): a claim outlives
 # parking + the dead-letter queue + this margin. The same figure as account-state's
-# CLAIM_RETENTION_MARGIN_DAYS (shared/servicing-consumer/src/config.rs).
+# CLAIM_RETENTION_MARGIN_DAYS (functions/account-state/src/config.rs).
 CLAIM_MARGIN_DAYS = 7
 # What the reconciler parks for when PARK_RETENTION_DAYS is unset (its code default).
 DEFAULT_PARK_DAYS = 7

@@ -4,9 +4,9 @@
 // The batch future nests the SDK futures deeply; the default limit is too low for its layout.
 #![recursion_limit = "256"]
 
+use account_state::{AccountStateHandler, Config, FromSettings};
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use servicing_consumer::{AccountStateHandler, Config, FromSettings};
 use servicing_store::ServicingStore;
 
 const CONSUMER: &str = "account-state";

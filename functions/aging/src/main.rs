@@ -1,12 +1,12 @@
 //! aging Lambda (EventBridge Scheduler, daily): wiring only. The run — close the day that just
-//! ended for every account in arrears, from the sparse arrears index — is `servicing_ops::aging`.
+//! ended for every account in arrears, from the sparse arrears index — is `aging`.
 
 // The query futures nest the SDK futures deeply; the default limit is too low for their layout.
 #![recursion_limit = "256"]
 
+use aging::{Config, FromSettings, run};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
-use servicing_ops::aging::{Config, FromSettings, run};
 use servicing_store::{ServicingStore, StoreConfig};
 
 #[tokio::main]

@@ -4,7 +4,7 @@
 #![recursion_limit = "256"]
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use collections_handler::{CALL_TIMEOUT, CollectionsHandler, Config, FromSettings, Notifier};
+use collections::{CALL_TIMEOUT, CollectionsHandler, Config, FromSettings, Notifier};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use servicing_store::ServicingStore;
 

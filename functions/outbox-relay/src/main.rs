@@ -5,7 +5,7 @@
 
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use outbox_relay_handler::{Config, FromSettings, OutboxRelay};
+use outbox_relay::{Config, FromSettings, OutboxRelay};
 use servicing_store::ServicingStore;
 
 #[tokio::main]

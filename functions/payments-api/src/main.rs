@@ -5,7 +5,7 @@
 #![recursion_limit = "256"]
 
 use lambda_http::{Error, Request, service_fn};
-use payments_api_handler::{Config, FromSettings, PaymentsApi};
+use payments_api::{Config, FromSettings, PaymentsApi};
 use servicing_store::ServicingStore;
 
 #[tokio::main]

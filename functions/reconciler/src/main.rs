@@ -1,13 +1,13 @@
 //! reconciler Lambda (EventBridge schedule): wiring only. The run — expire the parked facts
 //! that will not apply, send back the ones left ready, reconcile the last window of account-state, emit the metrics that
-//! alarm — is `servicing_ops::reconciler`.
+//! alarm — is `reconciler`.
 
 // The scan futures nest the SDK futures deeply; the default limit is too low for their layout.
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
+use reconciler::{Config, FromSettings, run};
 use serde_json::Value;
-use servicing_ops::reconciler::{Config, FromSettings, run};
 use servicing_store::ServicingStore;
 
 #[tokio::main]

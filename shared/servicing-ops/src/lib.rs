@@ -6,14 +6,12 @@
 //! never for a hot path.
 
 pub mod actions;
-pub mod aging;
 pub mod dlq;
 pub mod incident;
 pub mod money;
 pub mod parked;
 pub mod quarantine;
 pub mod reconcile;
-pub mod reconciler;
 pub mod replay;
 pub mod report;
 pub mod republish;

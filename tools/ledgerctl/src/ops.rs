@@ -448,9 +448,7 @@ pub fn close(args: &CloseArgs) -> anyhow::Result<bool> {
             servicing_store::StoreConfig::new(&target.table, "aging"),
         );
         let queue = if args.dry_run { "" } else { target.queue()? };
-        let close =
-            servicing_ops::aging::close_day(&store, &target.sqs(), queue, args.date, args.dry_run)
-                .await?;
+        let close = aging::close_day(&store, &target.sqs(), queue, args.date, args.dry_run).await?;
         if args.dry_run {
             for account in &close.accounts {
                 println!("{account}");

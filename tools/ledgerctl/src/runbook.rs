@@ -177,16 +177,16 @@ pub fn actions(command: &ActionsCommand, json: bool) -> anyhow::Result<bool> {
 /// "What happened to the payment with key K" for one caller: the idempotency record (what the
 /// API answered, until when it replays), the fact it sent and what account-state made of it.
 pub fn payment(args: &PaymentArgs, json: bool) -> anyhow::Result<bool> {
-    let principal = payments_api_handler::Principal::new(args.caller.clone())
+    let principal = payments_api::Principal::new(args.caller.clone())
         .ok_or_else(|| anyhow::anyhow!("--caller is empty"))?;
-    let key = payments_api_handler::IdempotencyKey::parse(Some(args.key.as_bytes()))
+    let key = payments_api::IdempotencyKey::parse(Some(args.key.as_bytes()))
         .map_err(|e| anyhow::anyhow!("--key: {e}"))?;
     runtime()?.block_on(async {
         let target = args.target.resolve(None).await?;
         let dynamodb = target.dynamodb();
         // Records are keyed by the caller's scope and the operation id (what GET
         // /v1/payments/{operationId} reads), derived from the key.
-        let operation = payments_api_handler::operation_id(&principal, &key);
+        let operation = payments_api::operation_id(&principal, &key);
         let (pk, sk) = servicing_store::items::idempotency_key(&principal.scope(), &operation);
         let item = dynamodb
             .get_item()
@@ -361,9 +361,9 @@ pub fn outbox(command: &OutboxCommand) -> anyhow::Result<bool> {
             .collect::<Result<_, _>>()?;
         let store = servicing_store::ServicingStore::new(
             target.dynamodb(),
-            servicing_store::StoreConfig::new(&target.table, outbox_relay_handler::CONSUMER),
+            servicing_store::StoreConfig::new(&target.table, outbox_relay::CONSUMER),
         );
-        let relay = outbox_relay_handler::OutboxRelay::new(
+        let relay = outbox_relay::OutboxRelay::new(
             aws_sdk_eventbridge::Client::new(&target.sdk),
             store,
             bus.clone(),

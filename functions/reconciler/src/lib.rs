@@ -1,0 +1,237 @@
+//! The scheduled reconciler's daily run: take off the parked facts that will not apply,
+//! reconcile the last window of account-state, then its money (accepted API payments applied,
+//! collections actions settled), as metrics that alarm when non-zero.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+pub use servicing_settings::FromSettings;
+use servicing_settings::{ConfigError, Settings};
+use servicing_store::{ServicingStore, StoreConfig};
+
+use servicing_ops::parked::ParkedView;
+
+/// The consumer whose facts it reconciles (and whose parked facts it expires).
+const RECONCILED: &str = "account-state";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The DynamoDB table (`TABLE_NAME`, required).
+    pub table: String,
+    /// The reconciled window, ending now (`WINDOW_HOURS`, default 25: daily runs overlap).
+    pub window_hours: u64,
+    /// How long a fact may stay parked (`PARK_RETENTION_DAYS`, 1..=365, default 7).
+    pub park_retention: Duration,
+    /// account-state's claim retention (`CLAIM_RETENTION_DAYS`, default 35): what the
+    /// quarantine items it writes record for a later redrive.
+    pub claim_retention: Duration,
+    /// The FIFO servicing queue (`SERVICING_QUEUE_URL`, required): a parked fact left ready is
+    /// sent back to its account there, and the consumer releases it.
+    pub servicing_queue_url: String,
+}
+
+impl FromSettings for Config {
+    fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
+        Ok(Self {
+            table: settings.required("TABLE_NAME")?,
+            window_hours: settings.number("WINDOW_HOURS", 25, 1..=24 * 400)?,
+            park_retention: settings.days("PARK_RETENTION_DAYS", 7, 1..=365)?,
+            claim_retention: settings.days("CLAIM_RETENTION_DAYS", 35, 1..=3650)?,
+            servicing_queue_url: settings.required("SERVICING_QUEUE_URL")?,
+        })
+    }
+}
+
+impl Config {
+    /// The store the run writes through: account-state's items (its parked facts and their
+    /// quarantine).
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig {
+            claim_retention: self.claim_retention,
+            ..StoreConfig::new(&self.table, RECONCILED)
+        }
+    }
+}
+
+/// A run's figures, as EMF metrics (`ReconciliationProblems`, `ParkedExpired`,
+/// `ReadyNotReleased`, `AcceptedNotApplied` and `ActionsPendingTooLong` alarm).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    pub reconciliation_problems: u64,
+    pub reconciled_applied: u64,
+    pub parked_expired: u64,
+    pub still_parked: u64,
+    pub ready_not_released: u64,
+    /// API payments answered 202 and not applied after the grace (`money::Grace`).
+    pub accepted_not_applied: u64,
+    /// Collections actions unsettled after their grace.
+    pub actions_pending_too_long: u64,
+    /// Applied payments sharing a content key under different identities, the second applied
+    /// in the window (for a person).
+    pub suspected_duplicates: u64,
+}
+
+impl RunCounts {
+    pub fn metrics(&self) -> [(&'static str, u64); 8] {
+        [
+            ("ReconciliationProblems", self.reconciliation_problems),
+            ("ReconciledApplied", self.reconciled_applied),
+            ("ParkedExpired", self.parked_expired),
+            ("StillParked", self.still_parked),
+            ("ReadyNotReleased", self.ready_not_released),
+            ("AcceptedNotApplied", self.accepted_not_applied),
+            ("ActionsPendingTooLong", self.actions_pending_too_long),
+            ("SuspectedDuplicates", self.suspected_duplicates),
+        ]
+    }
+}
+
+/// One run: expiry of parked facts (account by account: one account's problem is reported
+/// and counted, the others go on), ready facts sent back to their accounts, then the window's
+/// reconciliation; emits the [`RunCounts`] and answers what it found.
+pub async fn run(
+    config: &Config,
+    store: &ServicingStore,
+    sqs: &aws_sdk_sqs::Client,
+) -> anyhow::Result<Value> {
+    run_at(config, store, sqs, servicing_ops::epoch_seconds()).await
+}
+
+/// [`run`] as of `now` (epoch seconds).
+pub async fn run_at(
+    config: &Config,
+    store: &ServicingStore,
+    sqs: &aws_sdk_sqs::Client,
+    now: i64,
+) -> anyhow::Result<Value> {
+    let expiry = servicing_ops::parked::expire(store, now, config.park_retention).await?;
+    if expiry.missing + expiry.mismatched > 0 {
+        tracing::warn!(
+            alert = "parked_expired",
+            missing = expiry.missing,
+            mismatched = expiry.mismatched,
+            "parked facts quarantined"
+        );
+    }
+    let mut problems: Vec<String> = expiry.problems.clone();
+    // A ready fact is released by the account's next delivery: its own body again is one (a
+    // duplicate of the parked fact, whose state read releases it). Addressed by identity, so
+    // two runs in the deduplication window send it once.
+    for ready in &expiry.ready {
+        tracing::error!(
+            alert = "ready_not_released",
+            account = %ready.account,
+            source = %ready.fact.source,
+            "a parked fact stayed ready; sent back to its account"
+        );
+        let body = ready.fact.body.as_bytes().to_vec();
+        if let Err(e) = servicing_ops::replay::send(sqs, &config.servicing_queue_url, &[body]).await
+        {
+            problems.push(format!(
+                "{}: cannot send the ready fact {} back: {e:#}",
+                ready.account, ready.fact.source
+            ));
+        }
+    }
+    let window_secs = config.window_hours as i64 * 3600;
+    let report = servicing_ops::reconcile::reconcile(
+        store.client(),
+        &config.table,
+        RECONCILED,
+        (now - window_secs, now + 1),
+        None,
+    )
+    .await?;
+    for line in report.lines() {
+        tracing::info!(line, "reconciliation");
+    }
+    problems.extend(report.problems.iter().cloned());
+    // The money: accepted API payments applied, actions settled (ready facts were handled above).
+    let money = servicing_ops::money::reconcile_money(
+        store.client(),
+        &config.table,
+        &[],
+        now,
+        servicing_ops::money::Grace::default(),
+    )
+    .await?;
+    problems.extend(money.unreadable.iter().cloned());
+    let not_applied: Vec<&servicing_ops::money::NotApplied> =
+        money.not_applied.iter().filter(|n| !n.in_flight).collect();
+    for n in &not_applied {
+        tracing::error!(
+            alert = "accepted_not_applied",
+            operation = %n.operation_id,
+            account = %n.account_id,
+            state = %n.state,
+            "an API payment answered 202 is not applied"
+        );
+    }
+    for a in &money.stuck_actions {
+        tracing::error!(
+            alert = "actions_pending_too_long",
+            action = %a.action_id,
+            account = %a.account_id,
+            status = %a.status,
+            attempts = a.attempts,
+            "a collections action is not settled"
+        );
+    }
+    let counts = RunCounts {
+        reconciliation_problems: problems.len() as u64,
+        reconciled_applied: report.applied,
+        parked_expired: expiry.missing + expiry.mismatched,
+        still_parked: expiry.still_parked,
+        ready_not_released: expiry.ready.len() as u64,
+        accepted_not_applied: not_applied.len() as u64,
+        actions_pending_too_long: money.stuck_actions.len() as u64,
+        // New in the window: a pair stays in the table for good, the metric says when it came.
+        suspected_duplicates: money
+            .suspected_duplicates
+            .iter()
+            .filter(|d| d.second_claimed_at >= now - window_secs)
+            .count() as u64,
+    };
+    servicing_telemetry::emit("reconciler", &counts.metrics());
+    Ok(json!({
+        "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty(),
+        "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
+        "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),
+        "suspectedDuplicates": counts.suspected_duplicates,
+        "problems": problems,
+        "parkedExpired": {"missing": expiry.missing, "mismatched": expiry.mismatched},
+        "stillParked": expiry.still_parked,
+        "readyNotReleased": expiry.ready.iter().map(ParkedView::line).collect::<Vec<_>>(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_the_window_or_retention_is_out_of_range_should_refuse_to_start() {
+        for (name, value) in [("WINDOW_HOURS", "0"), ("PARK_RETENTION_DAYS", "366")] {
+            let err = Config::from_lookup(|k| match k {
+                "TABLE_NAME" => Some("t".into()),
+                "SERVICING_QUEUE_URL" => Some("q".into()),
+                k if k == name => Some(value.into()),
+                _ => None,
+            })
+            .expect_err(name);
+            assert!(
+                err.to_string().starts_with(&format!("{name} must be")),
+                "{err}"
+            );
+        }
+        let config = Config::from_lookup(|k| match k {
+            "TABLE_NAME" | "SERVICING_QUEUE_URL" => Some("t".into()),
+            _ => None,
+        })
+        .expect("ok");
+        assert_eq!(
+            (config.window_hours, config.park_retention),
+            (25, Duration::from_secs(7 * 86_400))
+        );
+    }
+}

@@ -1,0 +1,834 @@
+//! The collections consumer against real DynamoDB engines (both must agree) and an in-process
+//! HTTP receiver (wiremock) that records every call and answers from a plan.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use collections::{ActionOutcome, CONSUMER, CollectionsHandler, MessageResult, Notifier};
+use integration_tests::Engine;
+use integration_tests::faults::{Fault, FaultPlan};
+use integration_tests::servicing::{Servicing, sqs_message};
+use serde_json::{Value, json};
+use servicing_domain::{AccountId, Bucket, Fingerprint, SourceRef};
+use servicing_store::schema::LatestDelinquencyRecord;
+use servicing_store::{ActionIntent, ActionStatus, CommitOutcome, Effect, UnitOfWork};
+
+on_both_engines!(
+    when_delinquency_is_delivered_5_times_should_notify_once,
+    when_stopped_between_intent_and_call_should_execute_the_pending_intent_on_replay,
+    when_the_receiver_fails_transiently_should_retry_with_the_same_action_id,
+    when_the_receiver_rejects_definitively_should_record_it_and_not_retry,
+    when_the_endpoint_is_moved_or_unauthorised_should_retry_not_drop_the_notification,
+    when_a_twin_delivery_holds_the_lease_should_not_call_at_once_nor_overwrite_sent,
+    when_the_envelope_is_bad_or_collides_should_quarantine,
+    when_a_partial_payment_improves_60_89_to_30_59_should_notify_no_one,
+    when_a_cured_account_relapses_should_notify_again,
+    when_a_cure_is_handled_before_the_worsening_it_follows_should_not_notify,
+    when_a_cure_lands_while_the_worsening_intent_is_pending_should_not_notify,
+    when_a_later_change_is_recorded_between_the_read_and_the_commit_should_judge_again,
+);
+
+/// Records every call (its `Idempotency-Key` and body); answers from `plan`, then 200.
+#[derive(Clone, Default)]
+pub(crate) struct Receiver {
+    pub calls: Arc<Mutex<Vec<(String, Value)>>>,
+    pub plan: Arc<Mutex<VecDeque<u16>>>,
+}
+
+impl wiremock::Respond for Receiver {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let key = request
+            .headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        self.calls.lock().expect("calls").push((key, body));
+        let status = self.plan.lock().expect("plan").pop_front().unwrap_or(200);
+        wiremock::ResponseTemplate::new(status).set_body_raw(r#"{"ok":true}"#, "application/json")
+    }
+}
+
+impl Receiver {
+    /// Serves it on a loopback port (wiremock) until the server is dropped.
+    pub async fn start(&self) -> wiremock::MockServer {
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(self.clone())
+            .mount(&server)
+            .await;
+        server
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.calls
+            .lock()
+            .expect("calls")
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Notifications as the customer experiences them: one per distinct key.
+    pub fn distinct(&self) -> BTreeSet<String> {
+        self.keys().into_iter().collect()
+    }
+}
+
+/// The `DelinquencyChanged` events of the delinquent sample, as EventBridge delivers them to SQS.
+async fn delinquency_envelopes(servicing: &Servicing) -> Vec<Value> {
+    servicing.deliver_fixture("delinquent.jsonl").await;
+    servicing
+        .outbox("acc_7001")
+        .await
+        .into_iter()
+        .filter(|d| d["eventType"] == "DelinquencyChanged")
+        .map(|detail| {
+            json!({"version": "0", "id": format!("eb-{}", detail["eventId"].as_str().unwrap_or_default()),
+                   "detail-type": "DelinquencyChanged", "source": "servicing.account-state",
+                   "account": "000000000000", "time": detail["occurredAt"], "region": "us-east-1",
+                   "resources": [], "detail": detail})
+        })
+        .collect()
+}
+
+fn collections(
+    servicing: &Servicing,
+    receiver: &wiremock::MockServer,
+    faults: Option<&FaultPlan>,
+) -> CollectionsHandler {
+    let store = match faults {
+        Some(faults) => servicing.faulty_store(CONSUMER, faults),
+        None => servicing.store(CONSUMER),
+    };
+    CollectionsHandler::new(
+        store,
+        Notifier::new(&receiver.uri(), Duration::from_secs(2)).expect("notifier"),
+    )
+}
+
+async fn deliver(handler: &CollectionsHandler, id: &str, envelope: &Value) -> MessageResult {
+    handler
+        .process(&[sqs_message(id, &envelope.to_string(), 1)])
+        .await
+        .remove(0)
+        .1
+}
+
+fn entering_30(envelopes: &[Value]) -> &Value {
+    envelopes
+        .iter()
+        .find(|e| e["detail"]["toBucket"] == "DPD_30_59")
+        .expect("DPD_30_59 event")
+}
+
+async fn action_status(servicing: &Servicing, action_id: &str) -> (String, String) {
+    let item = servicing
+        .client
+        .get_item()
+        .table_name(&servicing.table)
+        .key("pk", AttributeValue::S(format!("ACTION#{action_id}")))
+        .key("sk", AttributeValue::S("ACTION".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get")
+        .item
+        .expect("action recorded");
+    let action: servicing_store::schema::ActionItem =
+        servicing_store::schema::from_item(item).expect("an action record");
+    (action.status, action.attempts.to_string())
+}
+
+const SENT_NOW: Option<ActionOutcome> = Some(ActionOutcome {
+    status: ActionStatus::Sent,
+    executed_now: true,
+});
+const SENT_BEFORE: Option<ActionOutcome> = Some(ActionOutcome {
+    status: ActionStatus::Sent,
+    executed_now: false,
+});
+const SUPERSEDED: Option<ActionOutcome> = Some(ActionOutcome {
+    status: ActionStatus::Superseded,
+    executed_now: false,
+});
+
+async fn when_delinquency_is_delivered_5_times_should_notify_once(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    assert_eq!(envelopes.len(), 3, "into 1-29, into 30-59, cure");
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, None);
+
+    for round in 0..5 {
+        for (i, envelope) in envelopes.iter().enumerate() {
+            let result = deliver(&handler, &format!("r{round}-e{i}"), envelope).await;
+            let actionable = envelope["detail"]["toBucket"] == "DPD_30_59";
+            let expected = match (round, actionable) {
+                (0, true) => MessageResult::Handled { action: SENT_NOW },
+                (0, false) => MessageResult::Handled { action: None },
+                (_, true) => MessageResult::Duplicate {
+                    action: SENT_BEFORE,
+                },
+                (_, false) => MessageResult::Duplicate { action: None },
+            };
+            assert_eq!(result, expected, "round {round}, event {i}");
+        }
+    }
+    let event_id = entering_30(&envelopes)["detail"]["eventId"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let action_id = format!("collections_notification:acc_7001:DPD_30_59:{event_id}");
+    assert_eq!(
+        receiver.keys(),
+        vec![action_id.clone()],
+        "exactly one call, keyed by the actionId"
+    );
+    let (_, body) = receiver.calls.lock().expect("calls")[0].clone();
+    assert_eq!(
+        (
+            body["accountId"].as_str(),
+            body["toBucket"].as_str(),
+            body["dpd"].as_u64()
+        ),
+        (Some("acc_7001"), Some("DPD_30_59"), Some(35))
+    );
+    assert_eq!(
+        action_status(&servicing, &action_id).await,
+        ("SENT".into(), "1".into())
+    );
+}
+
+async fn when_stopped_between_intent_and_call_should_execute_the_pending_intent_on_replay(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let faults = FaultPlan::default();
+    let handler = collections(&servicing, &server, Some(&faults));
+
+    // The commit of claim + intent happens, then the function "dies" before the call.
+    faults.push(Fault::LoseResponse);
+    assert!(matches!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Retry { .. }
+    ));
+    assert!(receiver.keys().is_empty(), "no call was made");
+    let event_id = envelope["detail"]["eventId"].as_str().expect("id");
+    let action_id = format!("collections_notification:acc_7001:DPD_30_59:{event_id}");
+    assert_eq!(action_status(&servicing, &action_id).await.0, "PENDING");
+
+    // Replays (another instance too): the first finds the intent pending and executes it.
+    let other = collections(&servicing, &server, None);
+    assert_eq!(
+        deliver(&other, "m1", envelope).await,
+        MessageResult::Duplicate { action: SENT_NOW }
+    );
+    for i in 0..3 {
+        assert_eq!(
+            deliver(&handler, &format!("m1-{i}"), envelope).await,
+            MessageResult::Duplicate {
+                action: SENT_BEFORE
+            }
+        );
+    }
+    assert_eq!(
+        receiver.keys(),
+        vec![action_id],
+        "one notification, same actionId"
+    );
+}
+
+async fn when_the_receiver_fails_transiently_should_retry_with_the_same_action_id(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    receiver.plan.lock().expect("plan").extend([503, 429]);
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, None);
+
+    assert!(
+        matches!(deliver(&handler, "m1", envelope).await, MessageResult::Retry { reason } if reason.contains("HTTP 503"))
+    );
+    assert!(
+        matches!(deliver(&handler, "m1", envelope).await, MessageResult::Retry { reason } if reason.contains("HTTP 429"))
+    );
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate { action: SENT_NOW }
+    );
+    assert_eq!(receiver.keys().len(), 3, "three attempts");
+    assert_eq!(
+        receiver.distinct().len(),
+        1,
+        "one notification: every attempt carried the same actionId"
+    );
+    let action_id = receiver.keys()[0].clone();
+    assert_eq!(
+        action_status(&servicing, &action_id).await,
+        ("SENT".into(), "3".into())
+    );
+}
+
+async fn when_the_endpoint_is_moved_or_unauthorised_should_retry_not_drop_the_notification(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    // Before: each of these was a final REJECTED — a customer notice dropped because the
+    // endpoint moved or its credentials lapsed.
+    receiver
+        .plan
+        .lock()
+        .expect("plan")
+        .extend([301, 401, 403, 404]);
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, None);
+    for status in ["HTTP 301", "HTTP 401", "HTTP 403", "HTTP 404"] {
+        assert!(
+            matches!(deliver(&handler, "m1", envelope).await, MessageResult::Retry { reason } if reason.contains(status)),
+            "{status}"
+        );
+    }
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate { action: SENT_NOW }
+    );
+    assert_eq!(
+        receiver.distinct().len(),
+        1,
+        "one actionId for every attempt"
+    );
+    let action_id = receiver.keys()[0].clone();
+    assert_eq!(
+        action_status(&servicing, &action_id).await,
+        ("SENT".into(), "5".into())
+    );
+}
+
+async fn when_a_twin_delivery_holds_the_lease_should_not_call_at_once_nor_overwrite_sent(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    receiver.plan.lock().expect("plan").push_back(503);
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, None);
+    // The intent is recorded and the first call fails: PENDING.
+    assert!(matches!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Retry { .. }
+    ));
+    let action_id = receiver.keys()[0].clone();
+    // A twin delivery takes the lease and is calling right now.
+    let store = servicing.store(CONSUMER);
+    let until = servicing_store::epoch_millis() + 60_000;
+    assert_eq!(
+        store
+            .lease_action(&action_id, "twin", until)
+            .await
+            .expect("lease"),
+        None
+    );
+    let busy = deliver(&handler, "m1", envelope).await;
+    assert!(
+        matches!(&busy, MessageResult::Retry { reason } if reason.contains("another delivery")),
+        "{busy:?}"
+    );
+    assert_eq!(
+        receiver.keys().len(),
+        1,
+        "no second call while the twin holds the lease"
+    );
+    // The twin's call fails and it releases the lease; another twin takes it and dies
+    // mid-call: once its lease has run out, a delivery takes over, with the same actionId.
+    store
+        .record_action(
+            &action_id,
+            "twin",
+            ActionStatus::Pending,
+            Some(503),
+            "failed",
+        )
+        .await
+        .expect("record");
+    let expired = servicing_store::epoch_millis() - 1;
+    assert_eq!(
+        store
+            .lease_action(&action_id, "dead-twin", expired)
+            .await
+            .expect("lease"),
+        None
+    );
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate { action: SENT_NOW }
+    );
+    assert_eq!(receiver.keys().len(), 2);
+    assert_eq!(receiver.distinct().len(), 1, "one actionId");
+    // The dead twin's late answer cannot overwrite the SENT.
+    store
+        .record_action(
+            &action_id,
+            "dead-twin",
+            ActionStatus::Rejected,
+            Some(422),
+            "late",
+        )
+        .await
+        .expect("ignored");
+    assert_eq!(action_status(&servicing, &action_id).await.0, "SENT");
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate {
+            action: Some(ActionOutcome {
+                status: ActionStatus::Sent,
+                executed_now: false,
+            })
+        }
+    );
+    assert_eq!(
+        receiver.keys().len(),
+        2,
+        "a settled action is never called again"
+    );
+}
+
+async fn when_the_receiver_rejects_definitively_should_record_it_and_not_retry(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = Receiver::default();
+    receiver.plan.lock().expect("plan").push_back(422);
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, None);
+
+    let rejected_now = Some(ActionOutcome {
+        status: ActionStatus::Rejected,
+        executed_now: true,
+    });
+    let rejected_before = Some(ActionOutcome {
+        status: ActionStatus::Rejected,
+        executed_now: false,
+    });
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Handled {
+            action: rejected_now
+        }
+    );
+    assert_eq!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Duplicate {
+            action: rejected_before
+        }
+    );
+    assert_eq!(receiver.keys().len(), 1, "not retried");
+    assert_eq!(
+        action_status(&servicing, &receiver.keys()[0]).await.0,
+        "REJECTED"
+    );
+}
+
+async fn when_the_envelope_is_bad_or_collides_should_quarantine(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, None);
+
+    let mut no_id = entering_30(&envelopes).clone();
+    no_id["detail"]
+        .as_object_mut()
+        .expect("detail")
+        .remove("eventId");
+    let mut bad_bucket = entering_30(&envelopes).clone();
+    bad_bucket["detail"]["toBucket"] = json!("DPD_31_60");
+    let original = &envelopes[0];
+    let mut collision = original.clone();
+    collision["detail"]["dpd"] = json!(99);
+    let fee = json!({"detail-type": "FeeAssessed", "detail": {"eventId": "evt_fee"}});
+
+    assert!(matches!(
+        handler.process(&[sqs_message("bad1", "not json", 1)]).await[0].1,
+        MessageResult::Quarantined { .. }
+    ));
+    assert!(
+        matches!(deliver(&handler, "bad2", &no_id).await, MessageResult::Quarantined { reason } if reason == "detail.eventId is missing")
+    );
+    assert!(
+        matches!(deliver(&handler, "bad3", &bad_bucket).await, MessageResult::Quarantined { reason } if reason.contains("not a bucket"))
+    );
+    assert_eq!(
+        deliver(&handler, "ok", original).await,
+        MessageResult::Handled { action: None }
+    );
+    assert!(
+        matches!(deliver(&handler, "col", &collision).await, MessageResult::Quarantined { reason } if reason.starts_with("collision"))
+    );
+    assert_eq!(deliver(&handler, "fee", &fee).await, MessageResult::Ignored);
+    assert_eq!(servicing.quarantine().await.len(), 4);
+    assert!(receiver.keys().is_empty());
+}
+
+/// A `DelinquencyChanged` of `account` (event id `evt_<account>_<n>`) as account-state writes
+/// it and EventBridge delivers it to SQS; `spec` is `"<occurredAt> <from> -> <to> <dpd>"`.
+fn change(account: &str, n: u32, spec: &str) -> Value {
+    let parts: Vec<&str> = spec.split_whitespace().collect();
+    let [occurred_at, from, "->", to, dpd] = parts[..] else {
+        panic!("not a change: {spec}");
+    };
+    let event_id = format!("evt_{account}_{n}");
+    let trigger = format!("src-{event_id}");
+    let detail = json!({
+        "eventId": event_id, "eventType": "DelinquencyChanged", "accountId": account,
+        "occurredAt": occurred_at,
+        "trigger": {"sourceSystem": "scheduler", "sourceEventId": trigger},
+        "fromBucket": from, "toBucket": to, "dpd": dpd.parse::<u32>().expect("dpd"),
+        "triggerSourceSystem": "scheduler", "triggerSourceEventId": trigger,
+    });
+    json!({"version": "0", "id": format!("eb-{event_id}"), "detail-type": "DelinquencyChanged",
+           "source": "servicing.account-state", "account": "000000000000", "time": occurred_at,
+           "region": "us-east-1", "resources": [], "detail": detail})
+}
+
+fn action_id_of(envelope: &Value) -> String {
+    let detail = &envelope["detail"];
+    format!(
+        "collections_notification:{}:{}:{}",
+        detail["accountId"].as_str().expect("account"),
+        detail["toBucket"].as_str().expect("bucket"),
+        detail["eventId"].as_str().expect("id")
+    )
+}
+
+async fn action_recorded(servicing: &Servicing, action_id: &str) -> bool {
+    servicing
+        .client
+        .get_item()
+        .table_name(&servicing.table)
+        .key("pk", AttributeValue::S(format!("ACTION#{action_id}")))
+        .key("sk", AttributeValue::S("ACTION".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get")
+        .item
+        .is_some()
+}
+
+/// Delivers each envelope `times` times in a row (each time a new SQS message).
+async fn deliver_all(
+    handler: &CollectionsHandler,
+    envelopes: &[&Value],
+    times: usize,
+) -> Vec<MessageResult> {
+    let mut results = Vec::new();
+    for (i, envelope) in envelopes.iter().enumerate() {
+        for n in 0..times {
+            results.push(deliver(handler, &format!("m{i}-{n}"), envelope).await);
+        }
+    }
+    results
+}
+
+fn all_acknowledged(results: &[MessageResult]) -> bool {
+    results.iter().all(|r| {
+        matches!(
+            r,
+            MessageResult::Handled { .. } | MessageResult::Duplicate { .. }
+        )
+    })
+}
+
+async fn when_a_partial_payment_improves_60_89_to_30_59_should_notify_no_one(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, None);
+
+    // Alone: an account in 60-89 pays part of its arrears.
+    let improvement = change(
+        "acc_8101",
+        4,
+        "2026-12-05T10:00:00Z DPD_60_89 -> DPD_30_59 45",
+    );
+    let results = deliver_all(&handler, &[&improvement], 3).await;
+    assert_eq!(results[0], MessageResult::Handled { action: None });
+    assert_eq!(
+        results[1..],
+        vec![MessageResult::Duplicate { action: None }; 2]
+    );
+    assert!(receiver.keys().is_empty(), "an improvement notifies no one");
+    assert!(!action_recorded(&servicing, &action_id_of(&improvement)).await);
+
+    // In an episode: into 30-59 and into 60-89 notify, the improvement back to 30-59 does not.
+    let steps = [
+        change("acc_8102", 1, "2026-10-02T23:59:59Z CURRENT -> DPD_1_29 1"),
+        change(
+            "acc_8102",
+            2,
+            "2026-10-31T23:59:59Z DPD_1_29 -> DPD_30_59 30",
+        ),
+        change(
+            "acc_8102",
+            3,
+            "2026-11-30T23:59:59Z DPD_30_59 -> DPD_60_89 60",
+        ),
+        change(
+            "acc_8102",
+            4,
+            "2026-12-05T10:00:00Z DPD_60_89 -> DPD_30_59 45",
+        ),
+    ];
+    let results = deliver_all(&handler, &steps.iter().collect::<Vec<_>>(), 2).await;
+    assert!(all_acknowledged(&results), "{results:?}");
+    assert_eq!(
+        receiver.keys(),
+        vec![action_id_of(&steps[1]), action_id_of(&steps[2])],
+        "one notice per worsening into 30+ (duplicates notify once), none for the improvement"
+    );
+    assert!(!action_recorded(&servicing, &action_id_of(&steps[3])).await);
+}
+
+async fn when_a_cured_account_relapses_should_notify_again(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, None);
+
+    // CURRENT -> 1-29 -> 30-59 -> CURRENT (the cure ends the episode) -> 30-59 (the payment that
+    // cured it is reversed): a new episode, a new notice.
+    let steps = [
+        change("acc_8201", 1, "2026-10-02T23:59:59Z CURRENT -> DPD_1_29 1"),
+        change(
+            "acc_8201",
+            2,
+            "2026-10-31T23:59:59Z DPD_1_29 -> DPD_30_59 30",
+        ),
+        change("acc_8201", 3, "2026-11-03T10:00:00Z DPD_30_59 -> CURRENT 0"),
+        change(
+            "acc_8201",
+            4,
+            "2026-11-06T09:00:00Z CURRENT -> DPD_30_59 36",
+        ),
+    ];
+    let results = deliver_all(&handler, &steps.iter().collect::<Vec<_>>(), 3).await;
+    assert!(all_acknowledged(&results), "{results:?}");
+    assert_eq!(
+        receiver.keys(),
+        vec![action_id_of(&steps[1]), action_id_of(&steps[3])],
+        "notified twice: once per episode, each once"
+    );
+    for step in [&steps[1], &steps[3]] {
+        assert_eq!(
+            action_status(&servicing, &action_id_of(step)).await,
+            ("SENT".into(), "1".into())
+        );
+    }
+}
+
+async fn when_a_cure_is_handled_before_the_worsening_it_follows_should_not_notify(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let handler = collections(&servicing, &server, None);
+    let worse = |account| change(account, 2, "2026-10-31T23:59:59Z DPD_1_29 -> DPD_30_59 30");
+    let cure = |account| change(account, 3, "2026-11-03T10:00:00Z DPD_30_59 -> CURRENT 0");
+
+    // In order: the worsening notifies, the cure after it does not.
+    let (in_order_worse, in_order_cure) = (worse("acc_8301"), cure("acc_8301"));
+    let results = deliver_all(
+        &handler,
+        &[&in_order_worse, &in_order_cure, &in_order_worse],
+        2,
+    )
+    .await;
+    assert_eq!(results[0], MessageResult::Handled { action: SENT_NOW });
+    assert!(all_acknowledged(&results), "{results:?}");
+    assert_eq!(receiver.keys(), vec![action_id_of(&in_order_worse)]);
+
+    // The standard queue hands the cure over first: the late worsening sends nothing, on its
+    // first delivery or any other; its action is recorded as superseded.
+    let (late_worse, early_cure) = (worse("acc_8302"), cure("acc_8302"));
+    let results = deliver_all(
+        &handler,
+        &[&early_cure, &late_worse, &early_cure, &late_worse],
+        2,
+    )
+    .await;
+    assert_eq!(
+        results,
+        [
+            MessageResult::Handled { action: None },
+            MessageResult::Duplicate { action: None },
+            MessageResult::Handled { action: SUPERSEDED },
+            MessageResult::Duplicate { action: SUPERSEDED },
+            MessageResult::Duplicate { action: None },
+            MessageResult::Duplicate { action: None },
+            MessageResult::Duplicate { action: SUPERSEDED },
+            MessageResult::Duplicate { action: SUPERSEDED },
+        ]
+    );
+    assert_eq!(
+        receiver.keys(),
+        vec![action_id_of(&in_order_worse)],
+        "no notice for acc_8302"
+    );
+    assert_eq!(
+        action_status(&servicing, &action_id_of(&late_worse)).await,
+        ("SUPERSEDED".into(), "0".into())
+    );
+
+    // A relapse after the cure is later than both: a new episode, it notifies (once).
+    let relapse = change(
+        "acc_8302",
+        4,
+        "2026-11-20T09:00:00Z CURRENT -> DPD_30_59 50",
+    );
+    let results = deliver_all(&handler, &[&relapse, &late_worse, &relapse], 2).await;
+    assert!(all_acknowledged(&results), "{results:?}");
+    assert_eq!(
+        receiver.keys(),
+        vec![action_id_of(&in_order_worse), action_id_of(&relapse)]
+    );
+}
+
+async fn when_a_cure_lands_while_the_worsening_intent_is_pending_should_not_notify(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let receiver = Receiver::default();
+    let server = receiver.start().await;
+    let faults = FaultPlan::default();
+    let handler = collections(&servicing, &server, Some(&faults));
+    let worse = change(
+        "acc_8401",
+        2,
+        "2026-10-31T23:59:59Z DPD_1_29 -> DPD_30_59 30",
+    );
+    let cure = change("acc_8401", 3, "2026-11-03T10:00:00Z DPD_30_59 -> CURRENT 0");
+
+    // The worsening's claim and intent commit, then the function dies before the call.
+    faults.push(Fault::LoseResponse);
+    assert!(matches!(
+        deliver(&handler, "w1", &worse).await,
+        MessageResult::Retry { .. }
+    ));
+    let id = action_id_of(&worse);
+    assert_eq!(action_status(&servicing, &id).await.0, "PENDING");
+
+    // The cure is handled before the worsening comes back: at call time the pending intent no
+    // longer stands, on this replay and every later one.
+    assert_eq!(
+        deliver(&handler, "c1", &cure).await,
+        MessageResult::Handled { action: None }
+    );
+    let results = deliver_all(&handler, &[&worse], 3).await;
+    assert_eq!(
+        results,
+        vec![MessageResult::Duplicate { action: SUPERSEDED }; 3]
+    );
+    assert!(
+        receiver.keys().is_empty(),
+        "the customer is current: no notice"
+    );
+    assert_eq!(
+        action_status(&servicing, &id).await,
+        ("SUPERSEDED".into(), "0".into())
+    );
+}
+
+async fn when_a_later_change_is_recorded_between_the_read_and_the_commit_should_judge_again(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let store = servicing.store(CONSUMER);
+    let account = AccountId::parse("acc_8501").expect("account");
+    let record =
+        |id: &str, at, from, to| LatestDelinquencyRecord::new(CONSUMER, &account, id, at, from, to);
+    let worse = record("evt_w", 1_000, Bucket::Dpd1To29, Bucket::Dpd30To59);
+    let cure = record("evt_c", 2_000, Bucket::Dpd30To59, Bucket::Current);
+    let intent = ActionIntent {
+        action_id: "collections_notification:acc_8501:DPD_30_59:evt_w".into(),
+        account_id: account.clone(),
+        event_id: "evt_w".into(),
+        payload: json!({}),
+    };
+    let commit = async |change: &LatestDelinquencyRecord,
+                        intent: Option<&ActionIntent>,
+                        later: Option<&LatestDelinquencyRecord>| {
+        let source = SourceRef {
+            system: "outbox".into(),
+            event_id: change.event_id.clone(),
+        };
+        let fingerprint = Fingerprint::of_value(&json!({"eventId": change.event_id}));
+        let unit = UnitOfWork {
+            source: &source,
+            event_type: "DelinquencyChanged",
+            account_id: &account,
+            fingerprint: &fingerprint,
+            released: false,
+            effect: Effect::Intent(intent),
+        };
+        store
+            .commit_change(&unit, change, later)
+            .await
+            .expect("answered")
+    };
+
+    // Both read "no change yet"; the cure commits first.
+    assert_eq!(commit(&cure, None, None).await, CommitOutcome::Committed);
+    // The worsening, judged on its stale read, is refused as a whole: no claim, no intent.
+    assert_eq!(
+        commit(&worse, Some(&intent), None).await,
+        CommitOutcome::VersionConflict
+    );
+    assert!(!action_recorded(&servicing, &intent.action_id).await);
+    assert_eq!(
+        store
+            .latest_change(&account)
+            .await
+            .expect("read")
+            .map(|l| l.event_id),
+        Some("evt_c".into())
+    );
+    // Judged again on the stored cure: claimed, its intent recorded as superseded, never pending.
+    assert_eq!(
+        commit(&worse, Some(&intent), Some(&cure)).await,
+        CommitOutcome::Committed
+    );
+    assert_eq!(
+        action_status(&servicing, &intent.action_id).await,
+        ("SUPERSEDED".into(), "0".into())
+    );
+    assert_eq!(
+        commit(&worse, Some(&intent), Some(&cure)).await,
+        CommitOutcome::Duplicate
+    );
+    assert_eq!(commit(&cure, None, None).await, CommitOutcome::Duplicate);
+    let latest = store
+        .latest_change(&account)
+        .await
+        .expect("read")
+        .expect("recorded");
+    assert_eq!(
+        (
+            latest.event_id.as_str(),
+            latest.occurred_at,
+            latest.to_bucket.as_str()
+        ),
+        ("evt_c", 2_000, "CURRENT")
+    );
+}

@@ -1,0 +1,159 @@
+//! A fault at every request of a run, not only at the first commit (architecture invariant 10):
+//! for each generated stream (the ordering property's: facts that wait for another delivered
+//! early, duplicates injected, random batch cuts), a clean run counts the DynamoDB requests it
+//! makes; then, for every request number N of that run and every fault kind — throttling past
+//! the SDK's retries, a 5xx, a commit whose response is lost, a commit cancelled by a
+//! concurrent transaction — a fresh run faults request N
+//! (whatever its kind: a read, a commit, a release's commit, a quarantine write) and
+//! redelivers what it reports failed, as SQS would. Every run must end in the in-memory
+//! ledger's state: balances, allocations, outbox events, claims, nothing left parked.
+
+use account_state::{AccountStateHandler, MessageResult};
+use futures_util::StreamExt;
+use integration_tests::faults::{Fault, FaultPlan};
+use integration_tests::generate::ordering_case;
+use integration_tests::servicing::{Servicing, sqs_message};
+use integration_tests::{Engine, Rng, record_figure};
+use servicing_domain::{AccountId, Ledger, ServicingEvent};
+
+on_both_engines!(when_any_request_of_a_run_fails_should_still_reach_the_ledger_state);
+
+/// Generated streams per engine.
+const STREAMS: u64 = 8;
+const KINDS: [Fault; 4] = [
+    Fault::Throttle,
+    Fault::ServerError,
+    Fault::LoseResponse,
+    // Taken by a commit only (a read answers it as a throttle would): DynamoDB's cancellation
+    // by a concurrent transaction, which no local engine produces.
+    Fault::TransactionConflict,
+];
+
+/// One generated case: its accounts (named after `tag`, so runs share a table), the queue's
+/// bodies and the ledger's in-order result.
+struct Case {
+    accounts: Vec<String>,
+    bodies: Vec<String>,
+    ledger: Ledger,
+}
+
+fn case(seed: u64, tag: &str) -> Case {
+    let mut rng = Rng(seed * 2_654_435_761 + 29);
+    let accounts: Vec<String> = (0..3).map(|a| format!("acc_s{seed}_{tag}_{a}")).collect();
+    let (ledger, bodies) = ordering_case(&mut rng, &accounts, seed.is_multiple_of(2));
+    Case {
+        accounts,
+        bodies,
+        ledger,
+    }
+}
+
+/// Delivers the case in batch cuts drawn from `seed` (the same for every run of a case), each
+/// failed message back at the head of the queue with its receive count raised; the requests
+/// the run made. After each batch, an account whose messages were all acknowledged holds no
+/// parked fact that is ready: nothing would bring it back, the release would be lost.
+async fn deliver(
+    servicing: &Servicing,
+    handler: &AccountStateHandler,
+    faults: &FaultPlan,
+    case: &Case,
+    seed: u64,
+) -> u64 {
+    let mut rng = Rng(seed + 7_919);
+    let mut queue: std::collections::VecDeque<(String, &String, u32)> = case
+        .bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (format!("m{i}"), b, 1))
+        .collect();
+    let mut rounds = 0;
+    while !queue.is_empty() {
+        rounds += 1;
+        assert!(rounds < 500, "the run does not settle: {queue:?}");
+        let size = (1 + rng.below(10)).min(queue.len());
+        let batch: Vec<_> = queue.drain(..size).collect();
+        let messages: Vec<_> = batch
+            .iter()
+            .map(|(id, body, n)| sqs_message(id, body, *n))
+            .collect();
+        let report = handler.process(&messages).await;
+        let retried: std::collections::HashSet<&str> = report
+            .results
+            .iter()
+            .filter(|(_, r)| matches!(r, MessageResult::Retry { .. }))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        let mut acknowledged: std::collections::BTreeMap<AccountId, bool> = Default::default();
+        for (id, body, _) in &batch {
+            if let Ok(event) = ServicingEvent::decode(body.as_bytes()) {
+                let ok = acknowledged.entry(event.account_id).or_insert(true);
+                *ok &= !retried.contains(id.as_str());
+            }
+        }
+        let store = servicing.store("account-state");
+        for (account, _) in acknowledged.into_iter().filter(|(_, ok)| *ok) {
+            let loan = store.load(&account, &[]).await.expect("load").loan;
+            let ready: Vec<String> = loan
+                .iter()
+                .flat_map(|l| l.parked.iter())
+                .filter(|f| f.awaits.is_none())
+                .map(|f| f.source.to_string())
+                .collect();
+            assert!(
+                ready.is_empty(),
+                "{account}: every message acknowledged, yet {ready:?} ready and not released"
+            );
+        }
+        for (id, body, n) in batch.into_iter().rev() {
+            if retried.contains(id.as_str()) {
+                queue.push_front((id, body, n + 1));
+            }
+        }
+    }
+    faults.requests()
+}
+
+async fn when_any_request_of_a_run_fails_should_still_reach_the_ledger_state(engine: Engine) {
+    let mut runs = 0usize;
+    for seed in 0..STREAMS {
+        let clean = case(seed, "clean");
+        let faults = FaultPlan::default();
+        let servicing = &Servicing::with_stream(engine, false).await;
+        let handler = servicing.faulty_handler(servicing.config(), &faults);
+        let requests = deliver(servicing, &handler, &faults, &clean, seed).await;
+        let context = format!("{engine:?} stream {seed}, no fault");
+        servicing
+            .assert_accounts_match(&clean.ledger, &clean.accounts, &context)
+            .await;
+        servicing.drop_table().await;
+        let plans: Vec<(u64, Fault)> = (0..requests)
+            .flat_map(|n| KINDS.into_iter().map(move |kind| (n, kind)))
+            .collect();
+        runs += plans.len();
+        let faulted = plans.into_iter().map(|(n, kind)| async move {
+            let case = case(seed, &format!("{kind:?}{n}").to_lowercase());
+            let faults = FaultPlan::default();
+            faults.at_request(n, kind);
+            // A table per run (the checks scan it) and a fresh instance: a cold cache.
+            let servicing = &Servicing::with_stream(engine, false).await;
+            let handler = servicing.faulty_handler(servicing.config(), &faults);
+            deliver(servicing, &handler, &faults, &case, seed).await;
+            let context = format!("{engine:?} stream {seed}, {kind:?} at request {n}");
+            assert_eq!(faults.pending(), 0, "{context}: the fault was never taken");
+            servicing
+                .assert_claims_match(&case.ledger, &case.bodies, &context)
+                .await;
+            servicing
+                .assert_accounts_match(&case.ledger, &case.accounts, &context)
+                .await;
+            servicing.drop_table().await;
+        });
+        futures_util::stream::iter(faulted)
+            .buffer_unordered(8)
+            .collect::<Vec<()>>()
+            .await;
+    }
+    record_figure(&format!(
+        "fault sweep ({engine:?}): {runs} faulted runs over {STREAMS} generated streams, every request index × {{throttle, 5xx, lost response, transaction conflict}}"
+    ));
+}

@@ -1,0 +1,223 @@
+//! The daily reconciler works account by account: one account's problem (an undecodable loan
+//! item, a claim that is not `PARKED`, a failed request) is reported and counted while the run
+//! goes on, any number of parked facts is expired, and a parked fact left ready is sent back to
+//! its account, which releases it.
+
+use std::time::Duration;
+
+use account_state::{AccountStateHandler, MessageResult};
+use aws_sdk_dynamodb::types::AttributeValue;
+use integration_tests::Engine;
+use integration_tests::faults::{Fault, FaultPlan};
+use integration_tests::generate::{fee, open, pay, reverse};
+use integration_tests::lambda;
+use integration_tests::servicing::{Servicing, sqs_message};
+use serde_json::Value;
+
+on_both_engines!(
+    when_one_account_has_a_problem_should_expire_every_other_and_report_it,
+    when_a_request_fails_for_one_account_should_go_on_with_the_others,
+    when_a_parked_fact_stays_ready_should_send_it_back_to_be_released,
+);
+
+const WEEK: Duration = Duration::from_secs(7 * 86_400);
+
+async fn process(handler: &AccountStateHandler, bodies: &[Value]) -> Vec<MessageResult> {
+    let messages: Vec<_> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| sqs_message(&format!("m{i}-{}", b["sourceEventId"]), &b.to_string(), 1))
+        .collect();
+    let report = handler.process(&messages).await;
+    report.results.into_iter().map(|(_, r)| r).collect()
+}
+
+fn later() -> i64 {
+    servicing_ops::epoch_seconds() + WEEK.as_secs() as i64 + 60
+}
+
+async fn when_one_account_has_a_problem_should_expire_every_other_and_report_it(engine: Engine) {
+    let servicing = Servicing::with_stream(engine, false).await;
+    let handler = servicing.handler();
+    // 500 fees parked before an opening that never comes: more than the rounds of one
+    // transaction each (49 facts) the run used to allow.
+    let many = "acc_many_parked";
+    for chunk in (0..500).collect::<Vec<_>>().chunks(10) {
+        let bodies: Vec<Value> = chunk
+            .iter()
+            .map(|i| fee(many, &format!("fee-{i}"), 3, 1))
+            .collect();
+        assert!(
+            process(&handler, &bodies)
+                .await
+                .iter()
+                .all(|r| *r == MessageResult::Parked)
+        );
+    }
+    // A parked fact whose claim says something else (an inconsistency for an operator).
+    let odd = "acc_odd_claim";
+    process(&handler, &[fee(odd, "fee-odd", 3, 1)]).await;
+    servicing
+        .client
+        .update_item()
+        .table_name(&servicing.table)
+        .key(
+            "pk",
+            AttributeValue::S("CLAIM#account-state#psp#fee-odd".into()),
+        )
+        .key("sk", AttributeValue::S("CLAIM".into()))
+        .update_expression("SET verdict = :applied")
+        .expression_attribute_values(":applied", AttributeValue::S("APPLIED".into()))
+        .send()
+        .await
+        .expect("claim changed");
+    // A loan item nobody can decode.
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .item("pk", AttributeValue::S("LOAN#acc_garbled".into()))
+        .item("sk", AttributeValue::S("STATE".into()))
+        .item("itemType", AttributeValue::S("LOAN".into()))
+        .item("accountId", AttributeValue::S("acc_garbled".into()))
+        .item("version", AttributeValue::S("not a number".into()))
+        .item("parkedFacts", AttributeValue::L(Vec::new()))
+        .send()
+        .await
+        .expect("garbled item");
+    // And an ordinary one.
+    let plain = "acc_plain_parked";
+    process(&handler, &[fee(plain, "fee-plain", 3, 1)]).await;
+
+    let store = servicing.store("account-state");
+    let expiry = servicing_ops::parked::expire(&store, later(), WEEK)
+        .await
+        .expect("the run goes on whatever one account holds");
+    assert_eq!(expiry.missing, 501, "{:?}", expiry.problems);
+    assert_eq!(expiry.problems.len(), 2, "{:?}", expiry.problems);
+    assert!(
+        expiry
+            .problems
+            .iter()
+            .any(|p| p.contains("LOAN#acc_garbled")),
+        "{:?}",
+        expiry.problems
+    );
+    assert!(
+        expiry
+            .problems
+            .iter()
+            .any(|p| p.contains("psp:fee-odd") && p.contains("not PARKED")),
+        "{:?}",
+        expiry.problems
+    );
+    let left: Vec<String> = servicing_ops::parked::list(&store)
+        .await
+        .err()
+        .map(|e| vec![e.to_string()])
+        .unwrap_or_default();
+    assert!(
+        left[0].contains("acc_garbled"),
+        "listing names the item: {left:?}"
+    );
+    let quarantined = servicing.quarantine().await;
+    assert_eq!(quarantined.len(), 501);
+}
+
+async fn when_a_request_fails_for_one_account_should_go_on_with_the_others(engine: Engine) {
+    let servicing = Servicing::with_stream(engine, false).await;
+    let handler = servicing.handler();
+    for a in 0..3 {
+        let account = format!("acc_fail_{a}");
+        process(&handler, &[fee(&account, &format!("fee-{a}"), 3, 1)]).await;
+    }
+    let faults = FaultPlan::default();
+    // Request 0 is the scan; request 1 the first account's expiry transaction.
+    faults.at_request(1, Fault::Throttle);
+    let store = servicing.faulty_store("account-state", &faults);
+    let expiry = servicing_ops::parked::expire(&store, later(), WEEK)
+        .await
+        .expect("the run goes on");
+    assert_eq!(faults.pending(), 0);
+    assert_eq!(
+        (expiry.missing, expiry.problems.len()),
+        (2, 1),
+        "{:?}",
+        expiry.problems
+    );
+    // The next run takes the one left.
+    let again = servicing_ops::parked::expire(&servicing.store("account-state"), later(), WEEK)
+        .await
+        .expect("run");
+    assert_eq!((again.missing, again.problems.len()), (1, 0));
+}
+
+async fn when_a_parked_fact_stays_ready_should_send_it_back_to_be_released(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let faults = FaultPlan::default();
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
+    let a = "acc_left_ready";
+    let reversal = reverse(a, "rev-1", "pay-1", 4, 800);
+    process(&handler, &[open(a)]).await;
+    assert_eq!(
+        process(&handler, std::slice::from_ref(&reversal)).await,
+        [MessageResult::Parked]
+    );
+    // The payment commits (request 0, the warm state saves the read); the released reversal's
+    // commit (1) is throttled, and the retry the batch asks for never comes (the message went
+    // to the dead-letter queue, say): the reversal is left ready.
+    faults.at_request(1, Fault::Throttle);
+    let results = process(&handler, &[pay(a, "pay-1", 3, 800)]).await;
+    assert!(
+        matches!(results[0], MessageResult::Retry { .. }),
+        "{results:?}"
+    );
+    let sqs = aws_sdk_sqs::Client::new(&Engine::MiniStack.sdk_config().await);
+    let (queue_url, _) = lambda::queue(&sqs, "servicing", true).await;
+    let config = ::reconciler::Config {
+        table: servicing.table.clone(),
+        window_hours: 1,
+        park_retention: WEEK,
+        claim_retention: Duration::from_secs(35 * 86_400),
+        servicing_queue_url: queue_url.clone(),
+    };
+    let store = servicing.store("account-state");
+    // Within the grace the consumer may still be releasing it: nothing is sent.
+    let now = servicing_ops::epoch_seconds();
+    let quiet = ::reconciler::run_at(&config, &store, &sqs, now)
+        .await
+        .expect("run");
+    assert_eq!(quiet["readyNotReleased"].as_array().map(Vec::len), Some(0));
+    let report = ::reconciler::run_at(&config, &store, &sqs, now + 600)
+        .await
+        .expect("run");
+    assert_eq!(
+        report["readyNotReleased"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    let received = sqs
+        .receive_message()
+        .queue_url(&queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(2)
+        .send()
+        .await
+        .expect("receive");
+    let messages = received.messages();
+    assert_eq!(messages.len(), 1);
+    let body: Value = serde_json::from_str(messages[0].body().unwrap_or_default()).expect("json");
+    assert_eq!(body, reversal, "its own body, sent back");
+    // Delivered: a duplicate of the parked fact, whose state read releases it.
+    let delivered = servicing
+        .handler()
+        .process(&[sqs_message("back", &body.to_string(), 1)])
+        .await;
+    assert_eq!(delivered.results[0].1, MessageResult::Duplicate);
+    assert_eq!(delivered.counts.released, 1);
+    let (loan, _) = servicing.loan(a).await.expect("loan");
+    assert_eq!(
+        loan.principal_outstanding_minor, 100_000,
+        "paid, then reversed"
+    );
+}

@@ -1,0 +1,804 @@
+//! The outbox relay: against MiniStack, real stream records (written by the account-state
+//! handler) → PutEvents → a rule → a queue, and quarantine and API payments through its store
+//! and SQS; with no engine, chunking, checkpoints and failures against an in-process
+//! EventBridge (wiremock) that fails on cue.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use integration_tests::routing::RoutedBus;
+use integration_tests::servicing::Servicing;
+use integration_tests::{Engine, streams};
+use outbox_relay::{CONSUMER, OutboxRelay};
+use serde_json::{Value, json};
+
+fn event_ids(envelopes: &[Value]) -> BTreeSet<String> {
+    envelopes
+        .iter()
+        .map(|e| e["detail"]["eventId"].as_str().expect("eventId").to_owned())
+        .collect()
+}
+
+/// The event ids a stream record's image carries for the relay (its `outbox`), if any.
+fn carried_ids(record: &EventRecord) -> Vec<String> {
+    match record.change.new_image.get("outbox") {
+        Some(serde_dynamo::AttributeValue::S(json)) => {
+            servicing_store::OutboxEvent::decode(Some(json))
+                .expect("outbox events")
+                .iter()
+                .map(|e| e.event_id().to_owned())
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The basic sample applied through the account-state handler; returns the stream records
+/// and the outbox event ids, in stream order.
+async fn sample_stream(servicing: &Servicing) -> (Vec<EventRecord>, Vec<String>) {
+    servicing.deliver_fixture("basic.jsonl").await;
+    let config = servicing.engine.sdk_config().await;
+    let records = streams::read_all(
+        &aws_sdk_dynamodbstreams::Client::new(&config),
+        &servicing.client,
+        &servicing.table,
+    )
+    .await;
+    let outbox: Vec<String> = records
+        .iter()
+        .filter(|r| r.event_name == "INSERT")
+        .flat_map(carried_ids)
+        .collect();
+    assert_eq!(outbox.len(), 11, "9 domain events + 2 delinquency changes");
+    (records, outbox)
+}
+
+fn relay_with(servicing: &Servicing, config: &aws_config::SdkConfig, bus: &str) -> OutboxRelay {
+    let store = servicing.store(CONSUMER);
+    OutboxRelay::new(aws_sdk_eventbridge::Client::new(config), store, bus)
+}
+
+/// A stream INSERT of a record carrying one event, as the store writes it and Lambda delivers
+/// it: `(source, detail type)`, its account (`acc_relay` unless given) and the detail JSON. A
+/// fact's record (claim) for account-state's events, an idempotency record for the API's.
+fn outbox_record(
+    seq: &str,
+    event_id: &str,
+    (source, detail_type): (&str, &str),
+    account: Option<&str>,
+    detail: String,
+) -> EventRecord {
+    let detail: Value = serde_json::from_str(&detail).expect("detail JSON");
+    let outbox =
+        json!([{"source": source, "detailType": detail_type, "detail": detail}]).to_string();
+    let (pk, sk, item_type) = if source == payments_api::EVENT_SOURCE {
+        (
+            format!("IDEMPOTENCY#scope#{event_id}"),
+            "IDEMPOTENCY",
+            "IDEMPOTENCY",
+        )
+    } else {
+        (
+            format!("CLAIM#account-state#relay#{event_id}"),
+            "CLAIM",
+            "CLAIM",
+        )
+    };
+    let image = json!({"pk": {"S": pk}, "sk": {"S": sk}, "itemType": {"S": item_type},
+        "outbox": {"S": outbox}, "accountId": {"S": account.unwrap_or("acc_relay")},
+        "claimedAt": {"N": "1796000000"}, "expiresAt": {"N": "1799024000"}});
+    serde_json::from_value(json!({
+        "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+        "dynamodb": {"SequenceNumber": seq, "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "ApproximateCreationDateTime": 0,
+            "Keys": {"pk": {"S": pk}, "sk": {"S": sk}},
+            "NewImage": image}
+    }))
+    .expect("record")
+}
+
+fn sequence_of(records: &[EventRecord], event_id: &str) -> String {
+    records
+        .iter()
+        .find(|r| carried_ids(r).iter().any(|id| id == event_id))
+        .and_then(|r| r.change.sequence_number.clone())
+        .expect("record of the event")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_stream_records_are_relayed_should_route_every_outbox_event_to_the_queue() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let (records, outbox) = sample_stream(&servicing).await;
+    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
+
+    let report = relay_with(&servicing, &config, &routed.bus)
+        .relay(&records)
+        .await;
+    assert_eq!(report.checkpoint, None);
+    // The reversal's mark on its payment's record carries the payment's events: not again.
+    let marked = |r: &&&EventRecord| r.change.new_image.contains_key("reversedBy");
+    let carrying: Vec<&EventRecord> = records
+        .iter()
+        .filter(|r| !carried_ids(r).is_empty())
+        .collect();
+    let seen: Vec<(String, Vec<String>)> = carrying
+        .iter()
+        .map(|r| (r.event_name.clone(), carried_ids(r)))
+        .collect();
+    assert_eq!(
+        carrying.iter().filter(marked).count(),
+        1,
+        "one reversal: {seen:?}"
+    );
+    assert_eq!(
+        report.published, 9,
+        "two facts moved the bucket: two events on their record; {seen:?}"
+    );
+    assert_eq!(
+        report.skipped as usize,
+        records.len() - 9,
+        "loans, records without events and the reversal's mark are not relayed"
+    );
+    assert!(report.response().batch_item_failures.is_empty());
+
+    let envelopes = routed.drain().await;
+    assert_eq!(event_ids(&envelopes), outbox.iter().cloned().collect());
+    let applied = envelopes
+        .iter()
+        .find(|e| e["detail-type"] == "PaymentApplied")
+        .expect("PaymentApplied");
+    assert_eq!(applied["source"], "servicing.account-state");
+    assert_eq!(applied["detail"]["allocation"]["principal"], 21000);
+}
+
+/// What the fake EventBridge does with its next `PutEvents` call (then: accept everything).
+#[derive(Debug, Clone, Copy)]
+enum Injected {
+    /// Refuses the entry at this index (ThrottlingException), accepts the others.
+    FailEntry(usize),
+    /// Answers HTTP 500.
+    ServerError,
+}
+
+/// One `PutEvents` request as the fake saw it: per entry, its detail's `eventId` and its
+/// `TraceHeader`.
+type SentEntries = Vec<(String, Option<String>)>;
+
+/// An in-process EventBridge (wiremock): answers `PutEvents` from `plan`, notes every entry it
+/// was sent (with its `TraceHeader`) and which it accepted. The relay's chunking, checkpoints
+/// and failure handling need no engine; the happy path through MiniStack's EventBridge is the
+/// first test above.
+#[derive(Debug, Clone, Default)]
+struct FakeEventBridge {
+    plan: Arc<Mutex<VecDeque<Injected>>>,
+    requests: Arc<Mutex<Vec<SentEntries>>>,
+    accepted: Arc<Mutex<Vec<String>>>,
+}
+
+impl wiremock::Respond for FakeEventBridge {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).expect("PutEvents JSON");
+        let entries: SentEntries = body["Entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| {
+                let detail: Value =
+                    serde_json::from_str(e["Detail"].as_str().unwrap_or("{}")).unwrap_or_default();
+                (
+                    detail["eventId"].as_str().unwrap_or_default().to_owned(),
+                    e["TraceHeader"].as_str().map(str::to_owned),
+                )
+            })
+            .collect();
+        self.requests
+            .lock()
+            .expect("requests")
+            .push(entries.clone());
+        let json = |status: u16, body: Value| {
+            wiremock::ResponseTemplate::new(status)
+                .set_body_raw(body.to_string(), "application/x-amz-json-1.1")
+        };
+        let failing = match self.plan.lock().expect("plan").pop_front() {
+            Some(Injected::ServerError) => {
+                return json(
+                    500,
+                    json!({"__type": "InternalException", "message": "injected"}),
+                );
+            }
+            Some(Injected::FailEntry(i)) => Some(i),
+            None => None,
+        };
+        let answers: Vec<Value> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (event_id, _))| {
+                if Some(i) == failing {
+                    json!({"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"})
+                } else {
+                    self.accepted
+                        .lock()
+                        .expect("accepted")
+                        .push(event_id.clone());
+                    json!({"EventId": format!("eb-{event_id}")})
+                }
+            })
+            .collect();
+        json(
+            200,
+            json!({"FailedEntryCount": usize::from(failing.is_some()), "Entries": answers}),
+        )
+    }
+}
+
+impl FakeEventBridge {
+    /// Serves it; returns the server (keep it) and an SDK config whose EventBridge calls reach it.
+    async fn start(&self) -> (wiremock::MockServer, aws_config::SdkConfig) {
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(self.clone())
+            .mount(&server)
+            .await;
+        let config = aws_setup::loader()
+            .endpoint_url(server.uri())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .load()
+            .await;
+        (server, config)
+    }
+
+    fn request_sizes(&self) -> Vec<usize> {
+        self.requests
+            .lock()
+            .expect("requests")
+            .iter()
+            .map(Vec::len)
+            .collect()
+    }
+
+    fn traces(&self) -> Vec<Option<String>> {
+        self.requests
+            .lock()
+            .expect("requests")
+            .iter()
+            .flatten()
+            .map(|(_, trace)| trace.clone())
+            .collect()
+    }
+}
+
+/// A relay over `config`'s EventBridge whose store is never reached (nothing to quarantine).
+fn relay_without_engine(config: &aws_config::SdkConfig) -> OutboxRelay {
+    let nowhere = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(config)
+            .endpoint_url("http://127.0.0.1:9")
+            .build(),
+    );
+    let store = servicing_store::ServicingStore::new(
+        nowhere,
+        servicing_store::StoreConfig::new("unused", CONSUMER),
+    );
+    OutboxRelay::new(aws_sdk_eventbridge::Client::new(config), store, "bus")
+}
+
+/// `n` outbox inserts of `bytes`-sized details, sequence numbers 1..=n.
+fn outbox_records(n: usize, bytes: usize) -> Vec<EventRecord> {
+    (1..=n)
+        .map(|i| {
+            let event_id = format!("evt_{i:03}");
+            let detail = json!({"eventId": event_id, "pad": "x".repeat(bytes)}).to_string();
+            outbox_record(
+                &i.to_string(),
+                &event_id,
+                ("servicing.account-state", "FeeAssessed"),
+                None,
+                detail,
+            )
+        })
+        .collect()
+}
+
+/// Notes the body of every request its SQS client sends (MiniStack keeps no `AWSTraceHeader`, so
+/// the trace is checked on the way out).
+#[derive(Debug, Default, Clone)]
+struct SentBodies(Arc<Mutex<Vec<Value>>>);
+
+impl aws_sdk_sqs::config::Intercept for SentBodies {
+    fn name(&self) -> &'static str {
+        "SentBodies"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _components: &aws_sdk_sqs::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if let Some(body) = context.request().body().bytes() {
+            self.0
+                .lock()
+                .expect("bodies")
+                .push(serde_json::from_slice(body).unwrap_or(Value::Null));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn when_records_are_many_or_large_should_send_at_most_10_entries_and_256_kb_per_request() {
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    let report = relay_without_engine(&config)
+        .relay(&outbox_records(25, 100))
+        .await;
+    assert_eq!((report.published, report.checkpoint.clone()), (25, None));
+    assert_eq!(fake.request_sizes(), [10, 10, 5]);
+
+    // 100 KB details: two fit one request, a third would pass EventBridge's 256 KB.
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    let report = relay_without_engine(&config)
+        .relay(&outbox_records(5, 100 * 1024))
+        .await;
+    assert_eq!((report.published, report.checkpoint.clone()), (5, None));
+    assert_eq!(fake.request_sizes(), [2, 2, 1]);
+}
+
+/// A fact's record whose write moved the bucket: its event and a `DelinquencyChanged`.
+fn two_event_record(seq: &str, fact: &str) -> EventRecord {
+    let mut record = outbox_record(
+        seq,
+        fact,
+        ("servicing.account-state", "FeeAssessed"),
+        None,
+        json!({"eventId": fact}).to_string(),
+    );
+    let events = json!([
+        {"source": "servicing.account-state", "detailType": "FeeAssessed", "detail": {"eventId": fact}},
+        {"source": "servicing.account-state", "detailType": "DelinquencyChanged",
+            "detail": {"eventId": format!("{fact}-dq"), "toBucket": "DPD_30_59"}},
+    ]);
+    record.change.new_image.insert(
+        "outbox".into(),
+        serde_dynamo::AttributeValue::S(events.to_string()),
+    );
+    record
+}
+
+#[tokio::test]
+async fn when_a_record_carries_two_events_should_keep_them_in_one_request_and_checkpoint_at_it() {
+    // Five records of 2 events fill one request (10 entries); the sixth record's event goes in
+    // the next: a record's events never straddle two requests.
+    let mut records: Vec<EventRecord> = (1..=4)
+        .map(|i| two_event_record(&i.to_string(), &format!("evt_{i:03}")))
+        .collect();
+    records.push(two_event_record("5", "evt_005"));
+    records.push(outbox_records(6, 10).remove(5));
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    let report = relay_without_engine(&config).relay(&records).await;
+    assert_eq!((report.published, report.checkpoint.clone()), (6, None));
+    assert_eq!(fake.request_sizes(), [10, 1]);
+
+    // The second event of the third record is refused: the checkpoint is that record, the
+    // ones before it are published whole.
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    fake.plan
+        .lock()
+        .expect("plan")
+        .push_back(Injected::FailEntry(5));
+    let report = relay_without_engine(&config).relay(&records).await;
+    assert_eq!(report.checkpoint.as_deref(), Some("3"));
+    assert_eq!((report.published, report.failed), (2, 4));
+}
+
+#[tokio::test]
+async fn when_put_events_fails_partly_or_totally_should_checkpoint_at_the_first_failed_record_and_lose_nothing()
+ {
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    let relay = relay_without_engine(&config);
+    let records = outbox_records(11, 100);
+    let outbox: Vec<String> = (1..=11).map(|i| format!("evt_{i:03}")).collect();
+
+    // Partial failure: the 4th entry of the first request is refused.
+    fake.plan
+        .lock()
+        .expect("plan")
+        .push_back(Injected::FailEntry(3));
+    let report = relay.relay(&records).await;
+    let checkpoint = sequence_of(&records, &outbox[3]);
+    assert_eq!(report.checkpoint.as_deref(), Some(checkpoint.as_str()));
+    let failures = report.response().batch_item_failures;
+    assert_eq!(failures.len(), 1);
+    assert_eq!(
+        failures[0].item_identifier.as_deref(),
+        Some(checkpoint.as_str())
+    );
+    assert_eq!(report.published, 3);
+    assert_eq!(report.failed, 8, "the checkpoint and everything after it");
+
+    // Lambda retries from the checkpoint; this time EventBridge answers 500 to every attempt.
+    let from = records
+        .iter()
+        .position(|r| r.change.sequence_number.as_deref() == Some(&checkpoint))
+        .expect("position");
+    for _ in 0..3 {
+        fake.plan
+            .lock()
+            .expect("plan")
+            .push_back(Injected::ServerError);
+    }
+    let report = relay.relay(&records[from..]).await;
+    assert_eq!(
+        report.checkpoint.as_deref(),
+        Some(checkpoint.as_str()),
+        "total failure: checkpoint stays"
+    );
+    assert_eq!(report.published, 0);
+    assert_eq!(
+        fake.plan.lock().expect("plan").len(),
+        0,
+        "the SDK retried before giving up"
+    );
+
+    // And again, now healthy: everything from the checkpoint on is published.
+    let report = relay.relay(&records[from..]).await;
+    assert_eq!(report.checkpoint, None);
+    assert_eq!(report.published, 8);
+
+    let accepted = fake.accepted.lock().expect("accepted").clone();
+    assert_eq!(
+        accepted.iter().cloned().collect::<BTreeSet<_>>(),
+        outbox.iter().cloned().collect(),
+        "nothing lost"
+    );
+    assert!(
+        accepted.len() > outbox.len(),
+        "entries after the failed one were published twice (accepted)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_an_outbox_record_can_never_be_published_should_quarantine_it_and_move_on() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
+    let record = |seq: &str, event_id: &str, detail: String| -> EventRecord {
+        outbox_record(
+            seq,
+            event_id,
+            ("servicing.account-state", "FeeAssessed"),
+            None,
+            detail,
+        )
+    };
+    let huge = json!({"eventId": "evt_huge", "blob": "x".repeat(300 * 1024)}).to_string();
+    let mut broken = record("2", "evt_broken", "{}".into());
+    broken.change.new_image.insert(
+        "outbox".into(),
+        serde_dynamo::AttributeValue::S("[{\"detail\": 1}]".into()),
+    );
+    let records = vec![
+        record("1", "evt_a", json!({"eventId": "evt_a"}).to_string()),
+        broken,
+        record("3", "evt_huge", huge),
+        record("4", "evt_b", json!({"eventId": "evt_b"}).to_string()),
+    ];
+    let report = relay_with(&servicing, &config, &routed.bus)
+        .relay(&records)
+        .await;
+    assert_eq!(
+        (
+            report.published,
+            report.quarantined,
+            report.checkpoint.clone()
+        ),
+        (2, 2, None)
+    );
+    let quarantined = servicing.quarantine().await;
+    let reasons: Vec<&str> = quarantined.iter().map(|q| q.reason.as_str()).collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("undecodable outbox events")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("over EventBridge's 262144-byte entry limit")),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        event_ids(&routed.drain().await),
+        ["evt_a", "evt_b"].map(String::from).into_iter().collect()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per_account() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let (servicing_url, _) = integration_tests::lambda::queue(&sqs, "servicing", true).await;
+    let sent = SentBodies::default();
+    let relay_sqs = aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&config)
+            .interceptor(sent.clone())
+            .build(),
+    );
+    let payment = |seq: &str, event_id: &str, account: &str| -> EventRecord {
+        let detail = json!({"sourceSystem": "api:scope", "sourceEventId": event_id, "eventType": "PAYMENT_SETTLED",
+            "accountId": account, "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR",
+            "eventId": event_id});
+        let kind = ("servicing.payments-api", "PaymentSettled");
+        let mut record = outbox_record(seq, event_id, kind, Some(account), detail.to_string());
+        record.change.new_image.insert(
+            "traceHeader".into(),
+            serde_dynamo::AttributeValue::S(format!(
+                "Root=1-5759e988-bd862e3fe1be46a994272{seq:0>3}"
+            )),
+        );
+        record
+    };
+    let records = vec![
+        payment("1", "op_a", "acc_api_1"),
+        payment("2", "op_b", "acc_api_2"),
+    ];
+    let fake = FakeEventBridge::default();
+    let (_server, fake_config) = fake.start().await;
+    let relay =
+        relay_with(&servicing, &fake_config, "bus").with_servicing_queue(relay_sqs, &servicing_url);
+    let report = relay.relay(&records).await;
+    assert_eq!(
+        (report.published, report.checkpoint.clone()),
+        (2, None),
+        "{report:?}"
+    );
+    let got = sqs
+        .receive_message()
+        .queue_url(&servicing_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(2)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+        .send()
+        .await
+        .expect("receive");
+    let mut seen: Vec<(String, String, String)> = got
+        .messages()
+        .iter()
+        .map(|m| {
+            let attr = |name: aws_sdk_sqs::types::MessageSystemAttributeName| {
+                m.attributes()
+                    .and_then(|a| a.get(&name))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let body: Value = serde_json::from_str(m.body().unwrap_or_default()).expect("json");
+            (
+                body["sourceEventId"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                attr(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId),
+                attr(aws_sdk_sqs::types::MessageSystemAttributeName::MessageDeduplicationId),
+            )
+        })
+        .collect();
+    seen.sort();
+    // Each account in its own group (before: one static group for every API payment), the
+    // deduplication id a FIFO queue requires (before: none — AWS refuses such a send), and the
+    // trace of the invocation that accepted the payment (before: none).
+    let trace = |seq: &str| format!("Root=1-5759e988-bd862e3fe1be46a994272{seq}");
+    assert_eq!(
+        seen,
+        [
+            ("op_a".to_owned(), "acc_api_1".to_owned(), "op_a".to_owned(),),
+            ("op_b".to_owned(), "acc_api_2".to_owned(), "op_b".to_owned(),),
+        ]
+    );
+    let sent_traces: Vec<Value> = sent
+        .0
+        .lock()
+        .expect("bodies")
+        .iter()
+        .flat_map(|b| b["Entries"].as_array().cloned().unwrap_or_default())
+        .map(|e| e["MessageSystemAttributes"]["AWSTraceHeader"]["StringValue"].clone())
+        .collect();
+    assert_eq!(
+        sent_traces,
+        [json!(trace("001")), json!(trace("002"))],
+        "SendMessageBatch carries each API payment's trace header"
+    );
+    // The bus still gets them (other consumers may listen), with their trace.
+    assert_eq!(
+        fake.traces(),
+        [Some(trace("001")), Some(trace("002"))],
+        "PutEvents carries each outbox item's trace header"
+    );
+}
+
+/// An API payment's outbox insert (`servicing.payments-api` / `PaymentSettled`) carrying
+/// `reference`.
+fn api_payment(seq: &str, event_id: &str, account: &str, reference: &str) -> EventRecord {
+    let detail = json!({"sourceSystem": "api:scope", "sourceEventId": event_id, "eventType": "PAYMENT_SETTLED",
+        "accountId": account, "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR",
+        "eventId": event_id, "reference": reference});
+    let kind = ("servicing.payments-api", "PaymentSettled");
+    outbox_record(seq, event_id, kind, Some(account), detail.to_string())
+}
+
+/// An in-process servicing queue and table (wiremock, one server): `SendMessageBatch` refuses,
+/// as SQS does, an entry whose body holds U+FFFF (`InvalidMessageContents`, the sender's
+/// fault) and, as a server-side failure, the entry of `op_transient` (`InternalError`);
+/// `PutItem` (the relay's quarantine) is noted and accepted.
+#[derive(Debug, Clone, Default)]
+struct FakeQueueAndTable {
+    /// The message ids (`eventId`s) the queue accepted.
+    queued: Arc<Mutex<Vec<String>>>,
+    /// The items put (quarantine records), as DynamoDB JSON.
+    items: Arc<Mutex<Vec<Value>>>,
+}
+
+impl wiremock::Respond for FakeQueueAndTable {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let target = request
+            .headers
+            .get("x-amz-target")
+            .and_then(|t| t.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body: Value = serde_json::from_slice(&request.body).expect("JSON request");
+        let json = |body: Value| {
+            wiremock::ResponseTemplate::new(200)
+                .set_body_raw(body.to_string(), "application/x-amz-json-1.0")
+        };
+        match target.as_str() {
+            "AmazonSQS.SendMessageBatch" => {
+                let (mut successful, mut failed) = (Vec::new(), Vec::new());
+                for entry in body["Entries"].as_array().expect("entries") {
+                    let id = entry["Id"].clone();
+                    let message = entry["MessageBody"].as_str().unwrap_or_default();
+                    let event: Value = serde_json::from_str(message).unwrap_or_default();
+                    let event_id = event["eventId"].as_str().unwrap_or_default();
+                    if message.contains('\u{ffff}') {
+                        failed.push(json!({"Id": id, "SenderFault": true, "Code": "InvalidMessageContents",
+                            "Message": "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF"}));
+                    } else if event_id == "op_transient" {
+                        failed.push(
+                            json!({"Id": id, "SenderFault": false, "Code": "InternalError",
+                            "Message": "injected"}),
+                        );
+                    } else {
+                        self.queued
+                            .lock()
+                            .expect("queued")
+                            .push(event_id.to_owned());
+                        successful.push(json!({"Id": id, "MessageId": format!("m-{event_id}"),
+                            "MD5OfMessageBody": "00000000000000000000000000000000"}));
+                    }
+                }
+                json(json!({"Successful": successful, "Failed": failed}))
+            }
+            "DynamoDB_20120810.PutItem" => {
+                self.items.lock().expect("items").push(body["Item"].clone());
+                json(json!({}))
+            }
+            other => wiremock::ResponseTemplate::new(400).set_body_raw(
+                json!({"__type": "UnknownOperationException", "message": other}).to_string(),
+                "application/x-amz-json-1.0",
+            ),
+        }
+    }
+}
+
+impl FakeQueueAndTable {
+    /// A relay publishing to `bus`'s fake EventBridge, its servicing queue and its quarantine
+    /// table this fake; keep the returned servers.
+    async fn relay(
+        &self,
+        bus: &FakeEventBridge,
+    ) -> (wiremock::MockServer, wiremock::MockServer, OutboxRelay) {
+        let (bus_server, bus_config) = bus.start().await;
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(self.clone())
+            .mount(&server)
+            .await;
+        let config = aws_setup::loader()
+            .endpoint_url(server.uri())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .load()
+            .await;
+        let store = servicing_store::ServicingStore::new(
+            aws_sdk_dynamodb::Client::new(&config),
+            servicing_store::StoreConfig::new("servicing", CONSUMER),
+        );
+        let queue_url = format!("{}/000000000000/servicing.fifo", server.uri());
+        let relay = OutboxRelay::new(aws_sdk_eventbridge::Client::new(&bus_config), store, "bus")
+            .with_servicing_queue(aws_sdk_sqs::Client::new(&config), queue_url);
+        (bus_server, server, relay)
+    }
+
+    fn quarantined(&self) -> Vec<(String, String, String)> {
+        let text =
+            |item: &Value, name: &str| item[name]["S"].as_str().unwrap_or_default().to_owned();
+        self.items
+            .lock()
+            .expect("items")
+            .iter()
+            .map(|item| {
+                (
+                    text(item, "code"),
+                    text(item, "reason"),
+                    text(item, "rawBody"),
+                )
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn when_the_servicing_queue_refuses_an_api_payment_as_the_senders_fault_should_quarantine_it_and_move_on()
+ {
+    let fake = FakeQueueAndTable::default();
+    let (_bus, _queue, relay) = fake.relay(&FakeEventBridge::default()).await;
+    // Accepted before the API refused such references: SQS will never take it.
+    let records = vec![
+        api_payment("1", "op_a", "acc_1", "inv-1"),
+        api_payment("2", "op_refused", "acc_2", "inv-\u{ffff}"),
+        api_payment("3", "op_c", "acc_3", "inv-3"),
+    ];
+    let report = relay.relay(&records).await;
+    assert_eq!(
+        (
+            report.published,
+            report.quarantined,
+            report.checkpoint.clone()
+        ),
+        (2, 1, None),
+        "a permanent refusal does not hold the shard (before: checkpoint at 2, retried until dropped) {report:?}"
+    );
+    assert_eq!(*fake.queued.lock().expect("queued"), ["op_a", "op_c"]);
+    let quarantined = fake.quarantined();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    let (code, reason, raw) = &quarantined[0];
+    assert_eq!(code, "sqs_refused");
+    assert!(
+        reason.contains("InvalidMessageContents") && reason.contains("Invalid characters found"),
+        "{reason}"
+    );
+    assert!(raw.contains("op_refused"), "the raw outbox item: {raw}");
+
+    // A failure on SQS's side is transient: it checkpoints as before, nothing is quarantined
+    // for it; a refusal before it is quarantined, the records after it come back.
+    let fake = FakeQueueAndTable::default();
+    let (_bus, _queue, relay) = fake.relay(&FakeEventBridge::default()).await;
+    let records = vec![
+        api_payment("1", "op_d", "acc_1", "inv-1"),
+        api_payment("2", "op_refused", "acc_2", "inv-\u{ffff}"),
+        api_payment("3", "op_transient", "acc_3", "inv-3"),
+        api_payment("4", "op_e", "acc_4", "inv-4"),
+    ];
+    let report = relay.relay(&records).await;
+    assert_eq!(
+        (
+            report.published,
+            report.quarantined,
+            report.checkpoint.as_deref(),
+            report.failed
+        ),
+        (1, 1, Some("3"), 2),
+        "{report:?}"
+    );
+    assert_eq!(fake.quarantined().len(), 1, "only the refused one");
+}

@@ -1,0 +1,359 @@
+//! Several warm Lambda instances, each with its own cache, and the reconciler running between
+//! their deliveries (architecture invariants 9 and 10): a cache may save work, never settle a
+//! verdict or a version. The findings one by one, then a model-based test: random deliveries to
+//! two instances, reconciler runs and operators' resends at random points, every step compared
+//! with the in-memory ledger.
+
+use std::time::Duration;
+
+use account_state::{AccountStateHandler, MessageResult};
+use futures_util::StreamExt;
+use integration_tests::faults::{Fault, FaultPlan};
+use integration_tests::generate::{business_stream, fee, open, pay, reverse};
+use integration_tests::servicing::{Servicing, sqs_message};
+use integration_tests::{Engine, Rng, record_figure};
+use serde_json::Value;
+use servicing_domain::{Disposition, Ledger};
+
+on_both_engines!(
+    when_the_reconciler_expired_a_fact_a_warm_instance_holds_parked_should_judge_its_resend_again,
+    when_the_reconciler_empties_a_loan_item_should_never_repeat_its_version,
+    when_dynamodb_refuses_a_released_fact_should_quarantine_it_and_not_the_next_event,
+    when_only_the_loan_item_is_written_and_refused_should_not_count_as_committed,
+    when_instances_and_the_reconciler_interleave_should_match_the_ledger_at_every_step,
+);
+
+const WEEK: Duration = Duration::from_secs(7 * 86_400);
+
+async fn process(handler: &AccountStateHandler, bodies: &[(&str, Value)]) -> Vec<MessageResult> {
+    let messages: Vec<_> = bodies
+        .iter()
+        .map(|(id, b)| sqs_message(id, &b.to_string(), 1))
+        .collect();
+    let report = handler.process(&messages).await;
+    // Answers come per account: back in delivery order, by message id.
+    bodies
+        .iter()
+        .map(|(id, _)| {
+            report
+                .results
+                .iter()
+                .find(|(m, _)| m == id)
+                .map(|(_, r)| r.clone())
+                .expect("an answer per message")
+        })
+        .collect()
+}
+
+/// The reconciler's expiry as if `PARK_RETENTION` had passed since everything was parked.
+async fn expire_everything(servicing: &Servicing) -> u64 {
+    let now = servicing_ops::epoch_seconds() + WEEK.as_secs() as i64 + 60;
+    let expiry = servicing_ops::parked::expire(&servicing.store("account-state"), now, WEEK)
+        .await
+        .expect("expire");
+    expiry.missing + expiry.mismatched
+}
+
+async fn when_the_reconciler_expired_a_fact_a_warm_instance_holds_parked_should_judge_its_resend_again(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let warm = servicing.handler();
+    let (a, b) = ("acc_warm_resent", "acc_warm_corrected");
+    // Fees before their accounts' openings (no reversal in the batch: the cache is used).
+    let fee_of = |account: &str| fee(account, &format!("fee-{account}"), 4, 700);
+    assert_eq!(
+        process(&warm, &[("fa", fee_of(a)), ("fb", fee_of(b))]).await,
+        [MessageResult::Parked, MessageResult::Parked]
+    );
+    // The openings never came: expired, quarantined, their claims released for a resend.
+    assert_eq!(expire_everything(&servicing).await, 2);
+    // The resends reach the instance that still caches them as parked. It cannot know they
+    // were taken off: the store decides. The same payload is parked again (a fresh wait), not
+    // a duplicate; a corrected payload is parked too, not a collision with a fact that is gone.
+    let mut corrected = fee_of(b);
+    corrected["amountMinor"] = 750.into();
+    assert_eq!(
+        process(&warm, &[("fa2", fee_of(a)), ("fb2", corrected)]).await,
+        [MessageResult::Parked, MessageResult::Parked]
+    );
+    // The openings arrive: each releases its fee.
+    assert_eq!(
+        process(&warm, &[("oa", open(a)), ("ob", open(b))]).await,
+        [MessageResult::Applied, MessageResult::Applied]
+    );
+    for (account, fees) in [(a, 700), (b, 750)] {
+        let (loan, _) = servicing.loan(account).await.expect("loan");
+        assert_eq!(loan.fees_outstanding_minor, fees, "{account}");
+    }
+}
+
+async fn when_the_reconciler_empties_a_loan_item_should_never_repeat_its_version(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let (first, second) = (servicing.handler(), servicing.handler());
+    let a = "acc_version_reuse";
+    // Instance 1 parks a fee before the opening and caches the item at version 1.
+    assert_eq!(
+        process(&first, &[("f1", fee(a, "fee-1", 3, 100))]).await,
+        [MessageResult::Parked]
+    );
+    // The reconciler takes it off: the item held nothing else.
+    assert_eq!(expire_everything(&servicing).await, 1);
+    // Instance 2 parks another fee on the account.
+    assert_eq!(
+        process(&second, &[("f2", fee(a, "fee-2", 3, 250))]).await,
+        [MessageResult::Parked]
+    );
+    // The opening reaches instance 1, whose cached item says version 1 with fee-1 parked: its
+    // version check must fail, so fee-2 is released and the expired fee-1 is not applied.
+    assert_eq!(
+        process(&first, &[("o", open(a))]).await,
+        [MessageResult::Applied]
+    );
+    let (loan, _) = servicing.loan(a).await.expect("loan");
+    assert_eq!(
+        loan.fees_outstanding_minor, 250,
+        "fee-2 applied, the expired fee-1 not"
+    );
+    let parked = servicing_ops::parked::list(&servicing.store("account-state"))
+        .await
+        .expect("list");
+    assert!(parked.is_empty(), "{parked:?}");
+}
+
+async fn when_dynamodb_refuses_a_released_fact_should_quarantine_it_and_not_the_next_event(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let faults = FaultPlan::default();
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
+    let a = "acc_refused_release";
+    process(&handler, &[("o", open(a))]).await;
+    assert_eq!(
+        process(&handler, &[("r", reverse(a, "rev-1", "pay-1", 4, 700))]).await,
+        [MessageResult::Parked]
+    );
+    // Request 0 reads the account (a reversal's payment is read with it), 1 commits the
+    // payment, 2 the released reversal with the fee: refused as a request, and again when
+    // the reversal goes alone (3).
+    let cold = servicing.faulty_handler(servicing.config(), &faults);
+    faults.at_request(2, Fault::Invalid);
+    faults.at_request(3, Fault::Invalid);
+    let results = process(
+        &cold,
+        &[
+            ("p", pay(a, "pay-1", 3, 700)),
+            ("f", fee(a, "fee-1", 5, 40)),
+        ],
+    )
+    .await;
+    assert_eq!(faults.pending(), 0, "both faults taken");
+    assert_eq!(results, [MessageResult::Applied, MessageResult::Applied]);
+    let quarantine = servicing.quarantine().await;
+    let codes: Vec<(Option<&str>, &str)> = quarantine
+        .iter()
+        .map(|q| (q.source_event_id.as_deref(), q.code.as_str()))
+        .collect();
+    assert_eq!(codes, [(Some("rev-1"), "store_rejected")]);
+    let (loan, _) = servicing.loan(a).await.expect("loan");
+    assert_eq!(
+        (
+            loan.principal_outstanding_minor,
+            loan.fees_outstanding_minor
+        ),
+        (99_300, 40)
+    );
+    let parked = servicing_ops::parked::list(&servicing.store("account-state"))
+        .await
+        .expect("list");
+    assert!(parked.is_empty(), "off the loan item: {parked:?}");
+    // Its claim is released: a resend is judged again (here it applies).
+    assert_eq!(
+        process(
+            &servicing.handler(),
+            &[("r2", reverse(a, "rev-1", "pay-1", 4, 700))]
+        )
+        .await,
+        [MessageResult::Applied]
+    );
+}
+
+async fn when_only_the_loan_item_is_written_and_refused_should_not_count_as_committed(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let faults = FaultPlan::default();
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
+    let a = "acc_loan_only";
+    // A reversal before its account's opening, of a payment that is not there yet.
+    assert_eq!(
+        process(&handler, &[("r", reverse(a, "rev-1", "pay-1", 4, 700))]).await,
+        [MessageResult::Parked]
+    );
+    // The opening releases it, and it parks again (now for its payment): a group of its own
+    // that writes only the loan item once the first group was refused as a request and split.
+    // Request 0 reads the payment, 1 commits opening + release (refused), 2 the opening alone,
+    // 3 the release alone: cancelled by a concurrent transaction.
+    faults.at_request(1, Fault::Invalid);
+    faults.at_request(3, Fault::TransactionConflict);
+    let results = process(&handler, &[("o", open(a))]).await;
+    assert_eq!(faults.pending(), 0, "both faults taken");
+    assert_eq!(results, [MessageResult::Applied]);
+    // Cancelled is not committed: it was written again, nothing is left ready.
+    let loan = servicing
+        .store("account-state")
+        .load(&servicing_domain::AccountId::parse(a).expect("id"), &[])
+        .await
+        .expect("load")
+        .loan
+        .expect("loan");
+    let parked: Vec<_> = loan.parked.iter().map(|f| f.awaits.is_some()).collect();
+    assert_eq!(
+        parked,
+        [true],
+        "rev-1 waits for its payment: {:?}",
+        loan.parked
+    );
+    assert_eq!(
+        loan.version, 3,
+        "parked, opened, judged again (parked for its payment)"
+    );
+    // And the payment, when it comes, releases it for good.
+    assert_eq!(
+        process(&servicing.handler(), &[("p", pay(a, "pay-1", 3, 700))]).await,
+        [MessageResult::Applied]
+    );
+    let (account, _) = servicing.loan(a).await.expect("loan");
+    assert_eq!(
+        account.principal_outstanding_minor, 100_000,
+        "paid, then reversed"
+    );
+}
+
+/// Model-based cases per engine.
+const MODEL_CASES: u64 = 40;
+
+/// The ledger's verdict in the consumer's terms (quarantine codes are the reason's first word).
+fn expected(disposition: &Disposition) -> MessageResult {
+    match disposition {
+        Disposition::Applied => MessageResult::Applied,
+        Disposition::Stale => MessageResult::Stale,
+        Disposition::Duplicate => MessageResult::Duplicate,
+        Disposition::Collision { .. } => MessageResult::Collision,
+        Disposition::Parked(_) => MessageResult::Parked,
+        Disposition::Quarantined { reason } => MessageResult::Quarantined {
+            code: reason
+                .split([':', ' '])
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+        },
+    }
+}
+
+/// One account's facts in business order with the opening held back behind up to all of
+/// them, so that whole items of parked facts are expired and recreated.
+fn stream(rng: &mut Rng, account: &str) -> Vec<Value> {
+    let (mut facts, _) = business_stream(rng, account);
+    let opening = facts.remove(0);
+    let at = rng.below(facts.len() + 1);
+    facts.insert(at, opening);
+    facts
+}
+
+async fn when_instances_and_the_reconciler_interleave_should_match_the_ledger_at_every_step(
+    engine: Engine,
+) {
+    let mut steps = 0usize;
+    let cases = (0..MODEL_CASES).map(|seed| async move {
+        let servicing = &Servicing::with_stream(engine, false).await;
+        let mut rng = Rng(seed * 7_777_777 + 3);
+        let accounts: Vec<String> = (0..2).map(|a| format!("acc_w{seed}_{a}")).collect();
+        let mut queue: Vec<Value> = Vec::new();
+        for account in &accounts {
+            queue.extend(stream(&mut rng, account));
+        }
+        // Interleave the accounts, keeping each one's order.
+        let mut interleaved: Vec<Value> = Vec::new();
+        let mut per: Vec<std::collections::VecDeque<Value>> = accounts
+            .iter()
+            .map(|a| {
+                queue
+                    .iter()
+                    .filter(|v| v["accountId"] == a.as_str())
+                    .cloned()
+                    .collect()
+            })
+            .collect();
+        while per.iter().any(|q| !q.is_empty()) {
+            let live: Vec<usize> = (0..per.len()).filter(|&i| !per[i].is_empty()).collect();
+            if let Some(v) = per[live[rng.below(live.len())]].pop_front() {
+                interleaved.push(v);
+            }
+        }
+        let instances = [servicing.handler(), servicing.handler()];
+        let mut ledger = Ledger::new();
+        let mut delivered: Vec<Value> = Vec::new();
+        let mut next = 0;
+        let mut step = 0usize;
+        let mut message = 0usize;
+        while next < interleaved.len() || step < interleaved.len() + 4 {
+            step += 1;
+            let context = format!("{engine:?} case {seed} step {step}");
+            match rng.below(8) {
+                // The reconciler: everything parked so far has waited past the retention.
+                0 => {
+                    let expired = expire_everything(servicing).await;
+                    let want = ledger.expire_parked(i64::MAX) as u64;
+                    assert_eq!(expired, want, "{context}: expired");
+                }
+                // An operator resends something already delivered (a resend after expiry, a
+                // replay), or a producer retries.
+                1 if !delivered.is_empty() => {
+                    let body = delivered[rng.below(delivered.len())].clone();
+                    let id = format!("m{message}");
+                    message += 1;
+                    let got = process(&instances[rng.below(2)], &[(&id, body.clone())]).await;
+                    let want = expected(&ledger.ingest(body.to_string().as_bytes()));
+                    assert_eq!(got, [want], "{context}: resend of {body}");
+                }
+                _ if next < interleaved.len() => {
+                    let take = (1 + rng.below(4)).min(interleaved.len() - next);
+                    let batch: Vec<(String, Value)> = interleaved[next..next + take]
+                        .iter()
+                        .map(|b| {
+                            message += 1;
+                            (format!("m{message}"), b.clone())
+                        })
+                        .collect();
+                    next += take;
+                    let refs: Vec<(&str, Value)> =
+                        batch.iter().map(|(i, b)| (i.as_str(), b.clone())).collect();
+                    let got = process(&instances[rng.below(2)], &refs).await;
+                    let want: Vec<MessageResult> = batch
+                        .iter()
+                        .map(|(_, b)| expected(&ledger.ingest(b.to_string().as_bytes())))
+                        .collect();
+                    assert_eq!(got, want, "{context}: batch {batch:?}");
+                    delivered.extend(batch.into_iter().map(|(_, b)| b));
+                }
+                _ => {}
+            }
+            servicing
+                .assert_accounts_match(&ledger, &accounts, &context)
+                .await;
+        }
+        servicing.drop_table().await;
+        step
+    });
+    for n in futures_util::stream::iter(cases)
+        .buffer_unordered(8)
+        .collect::<Vec<usize>>()
+        .await
+    {
+        steps += n;
+    }
+    record_figure(&format!(
+        "model-based warm instances ({engine:?}): {MODEL_CASES} cases, {steps} steps, 2 instances, reconciler and resends between deliveries"
+    ));
+}
