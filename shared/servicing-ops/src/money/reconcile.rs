@@ -1,0 +1,254 @@
+//! The one scan pass of the money reconciliation: the facts' records, the API's idempotency
+//! records and the actions, then the parked facts and the provider's totals, into a
+//! `MoneyReconciliation`. Separate from the report's form: this is the part that reads the table.
+
+use std::collections::BTreeMap;
+
+use servicing_domain::outbox::detail_types;
+use servicing_domain::{SourceRef, StoredAllocation};
+use servicing_store::schema::{self, ActionItem, ClaimRecord, IdempotencyRecord, OutboxEvent};
+use servicing_store::{ServicingStore, StoreConfig};
+
+use super::{
+    Grace, MoneyReconciliation, NotApplied, Settlement, StuckAction, SuspectedDuplicate, Totals,
+    minor,
+};
+use crate::scan_types;
+
+/// Reconciles the money of `table` at `now` (epoch s): API payments accepted longer than the
+/// grace ago must be applied, actions unsettled past theirs are stuck, ready parked facts must
+/// have been released. One scan pass, plus the loan items that hold parked facts.
+pub async fn reconcile_money(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    settlement: &[Settlement],
+    now: i64,
+    grace: Grace,
+) -> anyhow::Result<MoneyReconciliation> {
+    let grace_secs = grace.accepted_secs;
+    let mut items = scan_types(
+        client,
+        table,
+        &[
+            ClaimRecord::ITEM_TYPE,
+            IdempotencyRecord::ITEM_TYPE,
+            ActionItem::ITEM_TYPE,
+        ],
+    )
+    .await?;
+    let mut report = MoneyReconciliation::default();
+    let mut claims: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
+    for item in items.remove(ClaimRecord::ITEM_TYPE).unwrap_or_default() {
+        match schema::from_item::<ClaimRecord>(item) {
+            Ok(claim) if claim.consumer == "account-state" => {
+                claims.insert(claim.source(), claim);
+            }
+            Ok(_) => {}
+            Err(e) => report.unreadable_item(format!("a fact's record does not decode: {e}")),
+        }
+    }
+
+    // Every accepted API payment has its fact applied.
+    for item in items
+        .remove(IdempotencyRecord::ITEM_TYPE)
+        .unwrap_or_default()
+    {
+        let record: IdempotencyRecord = match schema::from_item(item) {
+            Ok(r) => r,
+            Err(e) => {
+                report.unreadable_item(format!("an idempotency record does not decode: {e}"));
+                continue;
+            }
+        };
+        if record.response_status != 202 {
+            continue;
+        }
+        report.accepted += 1;
+        let events = OutboxEvent::decode(record.outbox.as_deref()).unwrap_or_default();
+        let Some(detail) = events.first().map(|e| &e.detail) else {
+            report.unreadable_item(format!(
+                "accepted command {} carries no event to apply",
+                record.idempotency_key
+            ));
+            continue;
+        };
+        let text = |k: &str| detail[k].as_str().unwrap_or_default().to_owned();
+        let fact = SourceRef {
+            system: text("sourceSystem"),
+            event_id: text("sourceEventId"),
+        };
+        let state = match claims.get(&fact) {
+            Some(c) if c.verdict == "APPLIED" => continue,
+            Some(c) => c.verdict.clone(),
+            None => {
+                "no record (never applied: check the relay's and account-state's quarantine)".into()
+            }
+        };
+        let missing = NotApplied {
+            operation_id: text("eventId"),
+            fact,
+            account_id: text("accountId"),
+            amount_minor: detail["amountMinor"].as_i64().unwrap_or_default(),
+            currency: text("currency"),
+            state,
+            in_flight: now - record.created_at < grace_secs,
+        };
+        if !missing.in_flight {
+            report.problems.push(format!(
+                "API payment {} ({}) of {} {} on {} was accepted but is not applied",
+                missing.operation_id,
+                missing.fact,
+                minor(missing.amount_minor),
+                missing.currency,
+                missing.account_id
+            ));
+        }
+        report.not_applied.push(missing);
+    }
+
+    // Applied payments less reversals, by source, currency and business date.
+    let mut by_content: BTreeMap<(String, i64, String, String), SourceRef> = BTreeMap::new();
+    // In the order they were applied: the first of a pair is the one applied first.
+    let mut applied: Vec<&ClaimRecord> =
+        claims.values().filter(|c| c.verdict == "APPLIED").collect();
+    applied.sort_by_key(|c| (c.claimed_at, c.source()));
+    for claim in applied {
+        let Ok(events) = claim.events() else {
+            report.unreadable_item(format!("the events of {} do not decode", claim.source()));
+            continue;
+        };
+        for event in events {
+            let detail = &event.detail;
+            if event.detail_type == detail_types::PAYMENT_APPLIED {
+                let Some(StoredAllocation {
+                    amount_minor,
+                    currency,
+                    applied_on,
+                    ..
+                }) = servicing_domain::outbox::payment_allocation(detail)
+                else {
+                    report.unreadable_item(format!(
+                        "the PaymentApplied of {} does not decode",
+                        claim.source()
+                    ));
+                    continue;
+                };
+                let t = report
+                    .totals
+                    .entry((
+                        claim.source_system.clone(),
+                        currency.as_str().to_owned(),
+                        applied_on,
+                    ))
+                    .or_default();
+                t.payments += 1;
+                t.applied_minor += amount_minor;
+                let content = (
+                    claim.account_id.clone(),
+                    amount_minor,
+                    currency.as_str().to_owned(),
+                    detail["occurredAt"].as_str().unwrap_or_default().to_owned(),
+                );
+                if let Some(first) = by_content.get(&content) {
+                    report.suspected_duplicates.push(SuspectedDuplicate {
+                        first: first.clone(),
+                        second: claim.source(),
+                        second_claimed_at: claim.claimed_at,
+                        account_id: content.0.clone(),
+                        amount_minor,
+                        currency: content.2.clone(),
+                        occurred_at: content.3.clone(),
+                    });
+                } else {
+                    by_content.insert(content, claim.source());
+                }
+            } else if event.detail_type == detail_types::PAYMENT_REVERSED {
+                let date = detail["occurredAt"]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&chrono::Utc).date_naive());
+                let (Some(date), Some(amount)) = (date, detail["amountMinor"].as_i64()) else {
+                    report.unreadable_item(format!(
+                        "the PaymentReversed of {} does not decode",
+                        claim.source()
+                    ));
+                    continue;
+                };
+                let currency = detail["currency"].as_str().unwrap_or_default().to_owned();
+                let t = report
+                    .totals
+                    .entry((claim.source_system.clone(), currency, date))
+                    .or_default();
+                t.reversals += 1;
+                t.reversed_minor += amount;
+            }
+        }
+    }
+
+    // Collections actions that should have settled by now.
+    for item in items.remove(ActionItem::ITEM_TYPE).unwrap_or_default() {
+        let action: ActionItem = match schema::from_item(item) {
+            Ok(a) => a,
+            Err(e) => {
+                report.unreadable_item(format!("an action item does not decode: {e}"));
+                continue;
+            }
+        };
+        let age_secs = now - action.created_at;
+        // SENDING holds a lease: stuck only once the lease has run out.
+        let leased = action.status == "SENDING"
+            && action.lease_until.is_some_and(|until| until > now * 1000);
+        if matches!(action.status.as_str(), "PENDING" | "SENDING")
+            && !leased
+            && age_secs > grace.action_secs
+        {
+            report.problems.push(format!(
+                "collections action {} on {} ({}) is {} after {} attempts, {} min old",
+                action.action_id,
+                action.account_id,
+                action.event_id,
+                action.status,
+                action.attempts,
+                age_secs / 60
+            ));
+            report.stuck_actions.push(StuckAction {
+                action_id: action.action_id,
+                account_id: action.account_id,
+                event_id: action.event_id,
+                status: action.status,
+                attempts: action.attempts,
+                age_secs,
+            });
+        }
+    }
+
+    // Parked facts whose awaited fact applied, never released.
+    let store = ServicingStore::new(client.clone(), StoreConfig::new(table, "account-state"));
+    for view in crate::parked::list(&store).await? {
+        if view.fact.awaits.is_none() && now - view.fact.parked_at > crate::parked::READY_GRACE_SECS
+        {
+            report.problems.push(format!(
+                "a parked fact is ready but not released: {}",
+                view.line()
+            ));
+            report.ready_too_long.push(view.line());
+        }
+    }
+
+    // A provider's totals: a variance is a problem, explained by the facts listed above.
+    for s in settlement {
+        let net = report.totals.get(&s.key).map_or(0, Totals::net_minor);
+        let variance = net - s.total_minor;
+        if variance != 0 {
+            let (source, currency, date) = &s.key;
+            report.problems.push(format!(
+                "{source} {currency} {date}: applied net {} differs from the settlement's {} by {}",
+                minor(net),
+                minor(s.total_minor),
+                minor(variance)
+            ));
+        }
+        report.variances.push((s.clone(), variance));
+    }
+    Ok(report)
+}

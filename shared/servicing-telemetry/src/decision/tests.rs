@@ -1,0 +1,195 @@
+//! The unit tests of the decision record: its JSON against the schema, its line, the content
+//! key. Separate from the record itself; `payment` is shared with `by_source`'s tests.
+
+use std::collections::BTreeSet;
+
+use serde_json::json;
+
+use super::*;
+use crate::emf_level;
+
+const TIME: &str = "2026-11-02T10:00:00Z";
+
+/// A payment of `acc_1` from `source`, as the consumer records it.
+pub(crate) fn payment(source: &str, id: &str, amount: i64, verdict: Verdict) -> DecisionRecord {
+    let by = match verdict {
+        Verdict::Applied => DecidedBy::Claim,
+        _ => DecidedBy::RecentFacts,
+    };
+    DecisionRecord {
+        receive_count: Some(1),
+        source_system: Some(source.into()),
+        source_event_id: Some(id.into()),
+        event_type: Some("PAYMENT_SETTLED".into()),
+        account_id: Some("acc_1".into()),
+        event_time: Some(TIME.into()),
+        amount_minor: Some(amount),
+        currency: Some("EUR".into()),
+        fingerprint: Some(format!("sha256:{}", "0".repeat(64))),
+        content_key: Some(content_key("acc_1", Some(amount), Some("EUR"), TIME, None)),
+        ..DecisionRecord::new("account-state", &format!("m-{id}"), verdict, by)
+    }
+}
+
+#[test]
+fn when_a_content_key_is_computed_should_hash_the_pipe_joined_parts_with_empty_for_missing() {
+    // `printf 'acc_1|2500|EUR|2026-11-02T10:00:00Z|INV-7' | sha256sum`
+    assert_eq!(
+        content_key("acc_1", Some(2500), Some("EUR"), TIME, Some("INV-7")),
+        "84ecc3b219fe8ba8576c693f8208de557b6f33eaea321fc6124722b47cb4b299"
+    );
+    assert_eq!(
+        content_key("acc_1", None, None, TIME, None),
+        format!("{:x}", Sha256::digest(b"acc_1|||2026-11-02T10:00:00Z|"))
+    );
+}
+
+/// A record with every field known.
+fn full() -> DecisionRecord {
+    DecisionRecord {
+        outcome: Some(Verdict::Quarantined),
+        code: Some("store_rejected".into()),
+        reason: Some("too big".into()),
+        decided_at: Some("2026-11-02T10:00:01.250Z".into()),
+        request_id: Some("req-1".into()),
+        trace_id: Some("Root=1-abc".into()),
+        decided_by: DecidedBy::StoreRejected,
+        ..payment("prov-a", "p1", 2500, Verdict::Released)
+    }
+}
+
+#[test]
+fn when_compared_with_the_schema_should_write_its_field_names_and_wire_values() {
+    let schema = include_str!("../../../../docs/decision-record.schema.json");
+    let schema: Value = serde_json::from_str(schema).expect("the schema is JSON");
+    let keys = |v: &Value| {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect::<BTreeSet<_>>())
+    };
+    let mut documented = keys(&schema["properties"]).unwrap_or_default();
+    documented.remove("level");
+    // Every field: a record with all of account-state's, and a relay record's event ids.
+    let every = DecisionRecord {
+        event_ids: Some(vec!["evt_1".into()]),
+        ..full()
+    };
+    assert_eq!(keys(&every.to_json()), Some(documented));
+
+    let wire = |field: &str| schema["properties"][field]["enum"].as_array().cloned();
+    let verdicts = wire("verdict").unwrap_or_default();
+    assert_eq!(
+        verdicts,
+        Verdict::WIRE.map(|v| json!(v.as_str())),
+        "the schema lists every verdict, in order"
+    );
+    for value in verdicts {
+        let verdict: Verdict = serde_json::from_value(value.clone()).expect("a verdict");
+        assert_eq!(
+            (json!(verdict), json!(verdict.as_str())),
+            (value.clone(), value)
+        );
+    }
+    // account-state's values, as they were written before the other consumers had records.
+    assert_eq!(
+        Verdict::WIRE[..8]
+            .iter()
+            .map(|v| json!(v))
+            .collect::<Vec<_>>(),
+        [
+            "applied",
+            "duplicate",
+            "collision",
+            "stale",
+            "parked",
+            "released",
+            "quarantined",
+            "retried"
+        ]
+        .map(|v| json!(v))
+    );
+    let by_values = wire("decidedBy").unwrap_or_default();
+    assert_eq!(
+        by_values,
+        ALL_DECIDED_BY.map(|by| json!(by.as_str())),
+        "the schema lists every decidedBy, in order"
+    );
+    for value in by_values {
+        let by: DecidedBy = serde_json::from_value(value.clone()).expect("a decidedBy");
+        assert_eq!((json!(by), json!(by.as_str())), (value.clone(), value));
+    }
+}
+
+/// Every [`DecidedBy`], in the schema's order.
+const ALL_DECIDED_BY: [DecidedBy; 12] = [
+    DecidedBy::Claim,
+    DecidedBy::RecentFacts,
+    DecidedBy::ParkedList,
+    DecidedBy::RefusedClaim,
+    DecidedBy::BusinessRule,
+    DecidedBy::Decode,
+    DecidedBy::StoreRejected,
+    DecidedBy::Transient,
+    DecidedBy::Panic,
+    DecidedBy::StreamRecord,
+    DecidedBy::IdempotencyRecord,
+    DecidedBy::Validation,
+];
+
+#[test]
+fn when_a_record_is_serialized_should_be_camel_case_versioned_and_omit_the_unknown() {
+    let record = full();
+    let expected = json!({
+        "recordVersion": 1, "kind": "decision", "consumer": "account-state",
+        "messageId": "m-p1", "receiveCount": 1, "requestId": "req-1", "traceId": "Root=1-abc",
+        "sourceSystem": "prov-a", "sourceEventId": "p1", "eventType": "PAYMENT_SETTLED",
+        "accountId": "acc_1", "eventTime": "2026-11-02T10:00:00Z", "amountMinor": 2500,
+        "currency": "EUR", "fingerprint": record.fingerprint, "contentKey": record.content_key,
+        "verdict": "released", "outcome": "quarantined", "decidedBy": "store-rejected",
+        "code": "store_rejected", "reason": "too big", "decidedAt": "2026-11-02T10:00:01.250Z",
+    });
+    assert_eq!(record.to_json(), expected);
+
+    // An undecodable body: no identity, nothing invented.
+    let undecodable = DecisionRecord {
+        code: Some("not_json".into()),
+        reason: Some("body is not valid UTF-8 JSON".into()),
+        ..DecisionRecord::new(
+            "account-state",
+            "m9",
+            Verdict::Quarantined,
+            DecidedBy::Decode,
+        )
+    };
+    let expected = json!({
+        "recordVersion": 1, "kind": "decision", "consumer": "account-state",
+        "messageId": "m9", "verdict": "quarantined", "decidedBy": "decode",
+        "code": "not_json", "reason": "body is not valid UTF-8 JSON",
+    });
+    assert_eq!(undecodable.to_json(), expected);
+}
+
+#[test]
+fn when_a_printed_line_is_read_back_should_give_the_record_and_refuse_other_versions() {
+    let record = full();
+    let line = decision_line(&record, emf_level(Some("warn")));
+    assert!(!line.contains('\n'), "{line}");
+    let mut parsed: Value = serde_json::from_str(&line).expect("json line");
+    assert_eq!(parsed["level"], "WARN");
+    if let Value::Object(fields) = &mut parsed {
+        fields.remove("level");
+    }
+    assert_eq!(
+        parsed,
+        record.to_json(),
+        "the record and its level, nothing else"
+    );
+    let read: DecisionRecord = serde_json::from_str(&line).expect("a record");
+    assert_eq!(read, record);
+
+    let mut other = record.to_json();
+    other["recordVersion"] = json!(2);
+    assert!(serde_json::from_value::<DecisionRecord>(other).is_err());
+    let mut other = record.to_json();
+    other["kind"] = json!("batch");
+    assert!(serde_json::from_value::<DecisionRecord>(other).is_err());
+}
