@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use servicing_domain::{Fingerprint, SourceRef};
 use servicing_store::{CommitOutcome, LoanItem, Snapshot, StoreError};
 
+use crate::batch::Pending;
 use crate::group::{self, Answer, Group, Stop, Subject};
-use crate::{MessageResult, Pending};
+use crate::report::MessageResult;
 
 /// What the run needs next.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! The decision records of a batch: how each verdict was reached, noted beside the account run
 //! (which keeps the verdicts only), and the records built from the pending messages and their
-//! results. `lib.rs` tells the [`Trail`] what it sees at each step; nothing here does I/O but
-//! printing.
+//! results. `account_loop.rs` tells the [`Trail`] what it sees at each step; nothing here does
+//! I/O but printing.
 
 use std::collections::HashSet;
 
@@ -10,8 +10,10 @@ use servicing_domain::{Currency, DecodeError, EventKind, Fingerprint, ServicingE
 use servicing_store::{CommitOutcome, LoanItem};
 use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict, content_key};
 
+use crate::batch::Pending;
 use crate::group::{Group, Judged, Member, Released, Subject};
-use crate::{MessageResult, Pending, STORE_REJECTED};
+use crate::quarantine::STORE_REJECTED;
+use crate::report::MessageResult;
 
 /// Prints each decision record (one line each), then the per-source EMF documents computed
 /// from them (counts by verdict per source and event type, money per source and currency).
@@ -60,7 +62,7 @@ pub(crate) fn undecodable(
     let message_id = message.message_id.as_deref().unwrap_or_default();
     let (verdict, by) = (Verdict::Quarantined, DecidedBy::Decode);
     let mut record = DecisionRecord {
-        receive_count: Some(crate::receive_count(message)),
+        receive_count: Some(crate::batch::receive_count(message)),
         ..DecisionRecord::new(consumer, message_id, verdict, by)
     };
     settle(&mut record, result, Some(error.to_string()));
