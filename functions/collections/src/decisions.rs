@@ -1,13 +1,14 @@
 //! The decision records of a batch: what a delivery is known to be (its message, receive
 //! count, source, the change's `eventId`, account and fingerprint) and how its verdict was
-//! reached ([`Decided`]). `lib.rs` says what it decided; nothing here does I/O but printing.
+//! reached ([`Decided`]). `message` says what it decided; nothing here does I/O but printing.
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use serde_json::Value;
 use servicing_domain::Fingerprint;
 use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
 
-use crate::{CONSUMER, DelinquencyChanged, MessageResult};
+use crate::change::DelinquencyChanged;
+use crate::{CONSUMER, MessageResult};
 
 /// A delivery's record before anything is known of its body (a decode failure, so far).
 pub(crate) fn delivery(message_id: &str, receive_count: Option<u32>) -> DecisionRecord {
@@ -109,7 +110,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::COLLISION;
+    use crate::message::COLLISION;
     use crate::tests::change;
 
     /// The record of a delivery of `event`, as `process_one` starts it.

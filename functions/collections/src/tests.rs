@@ -1,4 +1,7 @@
+use serde_json::json;
+
 use super::*;
+use crate::change::{DelinquencyChanged, later_than};
 
 pub(crate) fn change(
     from: &str,

@@ -1,13 +1,16 @@
 //! The relay's decision records: what a stream record that carries events is known to be
 //! (its `eventID`, its events' ids, its account and fact), and the verdict each comes to:
-//! `published`, `sent`, `quarantined` or `retried`. `lib.rs` says what happened to each record;
-//! nothing here does I/O but printing.
+//! `published`, `sent`, `quarantined` or `retried`. `plan`, `publish`, `servicing_queue` and
+//! `failures` say what happened to each record; nothing here does I/O but printing.
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use servicing_store::OutboxEvent;
 use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
 
-use crate::{API_PAYMENTS, CONSUMER, Enqueued, Publishable, RelayReport, SQS_REFUSED};
+use crate::failures::SQS_REFUSED;
+use crate::plan::{API_PAYMENTS, Publishable};
+use crate::servicing_queue::Enqueued;
+use crate::{CONSUMER, RelayReport};
 
 // What a fact's record (`ClaimRecord`) says of its fact, for the decision record; an
 // idempotency record's fact is named by its event's detail.
@@ -128,7 +131,8 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::{Enqueue, outbox_events};
+    use crate::plan::outbox_events;
+    use crate::servicing_queue::Enqueue;
 
     /// A stream INSERT of `image` (DynamoDB JSON), as Lambda delivers it.
     fn stream_record(seq: &str, image: Value) -> EventRecord {

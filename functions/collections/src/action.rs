@@ -1,0 +1,122 @@
+//! Executing a pending action after its commit: under a lease (twin deliveries never call at
+//! once), superseded when a later change of the account was recorded, otherwise the call and
+//! its outcome recorded. Separate from the claim: it runs on the first delivery and on every
+//! replay that finds the intent still pending.
+
+use servicing_store::ActionStatus;
+
+use crate::change::{DelinquencyChanged, later_than};
+use crate::{ActionOutcome, CollectionsHandler, Delivery};
+
+impl CollectionsHandler {
+    /// Executes the stored action if it is still pending and no later change of its account has
+    /// been recorded, under a lease so twin deliveries never call at once, and records the
+    /// outcome (`SUPERSEDED` when a later change was recorded: never called).
+    pub(crate) async fn execute_if_pending(
+        &self,
+        action_id: &str,
+        event: &DelinquencyChanged,
+    ) -> Result<ActionOutcome, String> {
+        let record = match self.store.action(action_id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return Err(format!("action {action_id} is not recorded")),
+            Err(e) => return Err(e.to_string()),
+        };
+        let settled = |status| {
+            Ok(ActionOutcome {
+                status,
+                executed_now: false,
+            })
+        };
+        if matches!(
+            record.status,
+            ActionStatus::Sent | ActionStatus::Rejected | ActionStatus::Superseded
+        ) {
+            return settled(record.status);
+        }
+        // Long enough for the call and its answer: a twin may take over only after that.
+        let lease_ms = i64::try_from(self.notifier.timeout().as_millis() * 2).unwrap_or(i64::MAX);
+        let lease_id = lease_id();
+        let until = servicing_store::epoch_millis().saturating_add(lease_ms + 2_000);
+        match self.store.lease_action(action_id, &lease_id, until).await {
+            Ok(None) => {}
+            Ok(Some(ActionStatus::Sending | ActionStatus::Pending)) => {
+                return Err(format!(
+                    "action {action_id} is being executed by another delivery; will retry"
+                ));
+            }
+            Ok(Some(status)) => return settled(status),
+            Err(e) => return Err(e.to_string()),
+        }
+        // Decided at call time, under the lease: the customer is no longer where the notice
+        // says once a later change of the account is recorded (a cure handled first, say). A
+        // failed read leaves the lease to run out; the redelivery comes after it.
+        let later = match self.store.latest_change(&event.account_id).await {
+            Ok(latest) => later_than(latest, &event.order()),
+            Err(e) => return Err(e.to_string()),
+        };
+        if let Some(later) = later {
+            if let Err(e) = self
+                .store
+                .supersede_action(action_id, &lease_id, &later)
+                .await
+            {
+                return Err(format!("could not record the action as superseded: {e}"));
+            }
+            tracing::info!(
+                action_id,
+                later = later.event_id,
+                "a later change was recorded before the call: the notification is superseded"
+            );
+            return settled(ActionStatus::Superseded);
+        }
+        let delivery = self.notifier.send(action_id, &record.payload).await;
+        let (status, http, detail) = match &delivery {
+            Delivery::Accepted { status } => {
+                (ActionStatus::Sent, Some(*status), "accepted".to_owned())
+            }
+            Delivery::Rejected { status, reason } => {
+                (ActionStatus::Rejected, Some(*status), reason.clone())
+            }
+            Delivery::Failed { status, reason } => (ActionStatus::Pending, *status, reason.clone()),
+        };
+        tracing::info!(
+            action_id,
+            status = status.as_str(),
+            http,
+            "notification attempt"
+        );
+        if let Err(e) = self
+            .store
+            .record_action(action_id, &lease_id, status, http, &detail)
+            .await
+        {
+            return Err(format!("could not record the action outcome: {e}"));
+        }
+        match status {
+            ActionStatus::Sent | ActionStatus::Rejected => Ok(ActionOutcome {
+                status,
+                executed_now: true,
+            }),
+            _ => {
+                tracing::warn!(
+                    alert = "notification_failed",
+                    action_id,
+                    "notification failed; retried with the same actionId"
+                );
+                Err(format!("notification failed, will retry: {detail}"))
+            }
+        }
+    }
+}
+
+/// A lease holder's id: unique per attempt (process id, time, counter).
+fn lease_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        servicing_store::epoch_millis(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}

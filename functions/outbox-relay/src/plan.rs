@@ -1,0 +1,166 @@
+//! What to do with one stream record: skip it (not the write that applied a fact), publish its
+//! events (their `PutEvents` entries, and an API payment's servicing-queue message), or
+//! quarantine it (it can never be published). Separate from the sending: planning does no I/O,
+//! so the checkpoint can plan the records after it again to record them.
+
+use std::collections::HashMap;
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_sdk_eventbridge::types::PutEventsRequestEntry;
+use servicing_store::items::{OUTBOX, REVERSED_BY, TRACE_HEADER};
+use servicing_store::{OutboxEvent, StoreError};
+use servicing_telemetry::DecisionRecord;
+
+use crate::servicing_queue::Enqueue;
+use crate::{MAX_REQUEST_BYTES, OutboxRelay, decisions};
+
+/// A reversal's mark on its payment's record (`reversedBy`): a later write to an applied
+/// record, whose events were published by the write that applied it.
+fn is_reversal_mark(image: &HashMap<String, serde_dynamo::AttributeValue>) -> bool {
+    image.contains_key(REVERSED_BY)
+}
+
+/// The outbox events account-state must apply (the API's accepted payments).
+pub(crate) const API_PAYMENTS: (&str, &str) = ("servicing.payments-api", "PaymentSettled");
+
+/// A record whose events will be published.
+#[derive(Debug)]
+pub(crate) struct Publishable<'a> {
+    pub(crate) record: &'a EventRecord,
+    pub(crate) sequence_number: &'a str,
+    pub(crate) entries: Vec<PutEventsRequestEntry>,
+    pub(crate) size: usize,
+    pub(crate) enqueue: Option<Enqueue>,
+    /// Its decision record, before the verdict.
+    pub(crate) evidence: DecisionRecord,
+}
+
+/// What to do with one stream record.
+pub(crate) enum Plan<'a> {
+    /// Not an outbox insert: nothing to do.
+    Skip,
+    Publish(Box<Publishable<'a>>),
+    /// Can never be published (undecodable image, over the size limit): quarantine, move on.
+    Quarantine {
+        reason: String,
+        evidence: Box<DecisionRecord>,
+    },
+}
+
+impl OutboxRelay {
+    pub(crate) fn plan<'a>(&self, record: &'a EventRecord) -> Plan<'a> {
+        let image = &record.change.new_image;
+        let applied_by_this_write = matches!(record.event_name.as_str(), "INSERT" | "MODIFY")
+            && image.contains_key(OUTBOX)
+            && !is_reversal_mark(image);
+        if !applied_by_this_write {
+            return Plan::Skip;
+        }
+        let Some(sequence_number) = record.change.sequence_number.as_deref() else {
+            return Plan::Quarantine {
+                reason: "stream record has no sequence number".into(),
+                evidence: Box::new(decisions::evidence(
+                    record,
+                    outbox_events(image).ok().as_deref(),
+                )),
+            };
+        };
+        let events = match outbox_events(image) {
+            Ok(events) if !events.is_empty() => events,
+            Ok(_) => return Plan::Skip,
+            Err(e) => {
+                return Plan::Quarantine {
+                    reason: format!("undecodable outbox events: {e}"),
+                    evidence: Box::new(decisions::evidence(record, None)),
+                };
+            }
+        };
+        let evidence = Box::new(decisions::evidence(record, Some(&events)));
+        let trace_header = match image.get(TRACE_HEADER) {
+            Some(serde_dynamo::AttributeValue::S(header)) => Some(header.clone()),
+            _ => None,
+        };
+        let mut entries = Vec::with_capacity(events.len());
+        let mut size = 0;
+        let mut enqueue = None;
+        for event in events {
+            if event.event_id().is_empty() {
+                return Plan::Quarantine {
+                    reason: format!(
+                        "a {} event without an eventId: consumers could not deduplicate it",
+                        event.detail_type
+                    ),
+                    evidence,
+                };
+            }
+            let detail = event.detail.to_string();
+            // EventBridge counts Source, DetailType, Detail (and Time/Resources, unused here).
+            let entry_size = event.source.len() + event.detail_type.len() + detail.len();
+            if entry_size > MAX_REQUEST_BYTES {
+                return Plan::Quarantine {
+                    reason: format!(
+                        "outbox event {} is {entry_size} bytes, over EventBridge's {MAX_REQUEST_BYTES}-byte entry limit",
+                        event.event_id()
+                    ),
+                    evidence,
+                };
+            }
+            size += entry_size;
+            if self.servicing_queue.is_some()
+                && (event.source.as_str(), event.detail_type.as_str()) == API_PAYMENTS
+            {
+                let Some(group) = event.detail["accountId"].as_str().filter(|a| !a.is_empty())
+                else {
+                    return Plan::Quarantine {
+                        reason: format!(
+                            "API payment {} has no accountId to group it by",
+                            event.event_id()
+                        ),
+                        evidence,
+                    };
+                };
+                enqueue = Some(Enqueue {
+                    body: detail.clone(),
+                    group: group.to_owned(),
+                    deduplication: event.event_id().to_owned(),
+                    trace_header: trace_header.clone(),
+                });
+            }
+            entries.push(
+                PutEventsRequestEntry::builder()
+                    .event_bus_name(&self.event_bus)
+                    .source(event.source)
+                    .detail_type(event.detail_type)
+                    .detail(detail)
+                    .set_trace_header(trace_header.clone())
+                    .build(),
+            );
+        }
+        if size > MAX_REQUEST_BYTES {
+            return Plan::Quarantine {
+                reason: format!(
+                    "a record's events are {size} bytes, over EventBridge's {MAX_REQUEST_BYTES}-byte request limit"
+                ),
+                evidence,
+            };
+        }
+        Plan::Publish(Box::new(Publishable {
+            record,
+            sequence_number,
+            entries,
+            size,
+            enqueue,
+            evidence: *evidence,
+        }))
+    }
+}
+
+/// A record's `outbox` events.
+pub(crate) fn outbox_events(
+    image: &HashMap<String, serde_dynamo::AttributeValue>,
+) -> Result<Vec<OutboxEvent>, StoreError> {
+    match image.get(OUTBOX) {
+        Some(serde_dynamo::AttributeValue::S(json)) => OutboxEvent::decode(Some(json)),
+        _ => Err(StoreError::Corrupt("outbox is not a string".into())),
+    }
+}
