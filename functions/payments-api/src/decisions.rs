@@ -1,13 +1,15 @@
 //! The decision record of a POST command: what was known of it (the invocation, then the
-//! caller, the key and the request, noted by `lib.rs` as it learns them) and what it came to:
-//! `accepted` or `replayed`, else the [`Refusal`] (its verdict, how it was decided, its problem).
+//! caller, the key and the request, noted by `post_payment.rs` as it learns them) and what it
+//! came to: `accepted` or `replayed`, else the [`Refusal`] (its verdict, how it was decided, its
+//! problem).
 
 use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt};
 use servicing_store::StoreError;
 use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
 
-use crate::{CONSUMER, Problem, store_problem};
+use crate::answers::store_problem;
+use crate::{CONSUMER, Problem};
 
 /// A POST command answered with a problem: the problem, the verdict it states and how it was
 /// decided.

@@ -16,10 +16,9 @@ use servicing_store::StoreError;
 use servicing_store::items::{self, Item, Verdict};
 use servicing_store::schema::{self, ClaimRecord, IdempotencyRecord, OutboxEvent};
 
+use crate::answers::{json_response, store_problem, unauthenticated};
 use crate::responses::{AppliedPayment, NotApplied, PaymentState, PaymentStatus, StoredAccepted};
-use crate::{
-    PaymentsApi, Problem, ProblemType, json_response, principal, store_problem, unauthenticated,
-};
+use crate::{PaymentsApi, Problem, ProblemType, principal};
 
 /// The consumer whose claims say what became of an API payment's fact (the account-state
 /// function, `account-state`): the API's events reach it through the servicing queue.

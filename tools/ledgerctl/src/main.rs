@@ -6,7 +6,8 @@
 //!
 //! - `replay`: a JSON Lines stream through the in-memory ledger (no AWS).
 //! - `state`, `reconcile`, `incident`: what is stored, whether it reconciles, what a window did.
-//! - `parked`, `quarantine`, `actions`, `payment`: look things up (`ops.rs`, `runbook.rs`).
+//! - `parked`, `quarantine`, `actions`, `payment`: look things up (`ops.rs`, `quarantine.rs`,
+//!   `runbook.rs`).
 //! - `send`, `close`, `quarantine redrive`, `dlq redrive`, `outbox republish`: change things;
 //!   each has `--dry-run`.
 //!
@@ -15,6 +16,7 @@
 
 mod incident;
 mod ops;
+mod quarantine;
 mod replay;
 mod runbook;
 mod state;
@@ -61,7 +63,7 @@ enum Command {
     Parked(ops::ParkedCommand),
     /// Quarantined messages: list, inspect, redrive with their original identity.
     #[command(subcommand)]
-    Quarantine(ops::QuarantineCommand),
+    Quarantine(quarantine::QuarantineCommand),
     /// Collections actions: list (by account, by status), inspect one.
     #[command(subcommand)]
     Actions(runbook::ActionsCommand),
@@ -115,7 +117,7 @@ fn main() -> ExitCode {
         Command::Reconcile(args) => ops::reconcile(&args),
         Command::Incident(args) => incident::run(&args),
         Command::Parked(command) => ops::parked(&command, json),
-        Command::Quarantine(command) => ops::quarantine(&command, json),
+        Command::Quarantine(command) => quarantine::quarantine(&command, json),
         Command::Actions(command) => runbook::actions(&command, json),
         Command::Payment(args) => runbook::payment(&args, json),
         Command::Dlq(command) => runbook::dlq(&command, json),
