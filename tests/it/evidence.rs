@@ -526,7 +526,9 @@ async fn when_facts_are_parked_released_or_undecodable_should_record_each_decisi
         "Records": [serde_json::to_value(sqs_message("p-6", &early, 1)).expect("message")],
     }))
     .expect("SQS event");
-    let response = handler.handle_invocation(event, Some("req-ev")).await;
+    let response = handler
+        .handle_invocation(event, Some("req-ev"), account_state::Deadline::NONE)
+        .await;
     assert!(response.batch_item_failures.is_empty());
 
     let records: Vec<DecisionRecord> = [one, again, two, three, four]

@@ -14,7 +14,7 @@ use integration_tests::faults::{Fault, FaultPlan};
 use integration_tests::generate::ordering_case;
 use integration_tests::servicing::{Servicing, sqs_message};
 use integration_tests::{Engine, Rng, record_figure};
-use servicing_domain::{AccountId, Ledger, ServicingEvent};
+use servicing_domain::Ledger;
 
 on_both_engines!(when_any_request_of_a_run_fails_should_still_reach_the_ledger_state);
 
@@ -51,7 +51,7 @@ fn case(seed: u64, tag: &str) -> Case {
 /// Delivers the case in batch cuts drawn from `seed` (the same for every run of a case), each
 /// failed message back at the head of the queue with its receive count raised; the requests
 /// the run made. After each batch, an account whose messages were all acknowledged holds no
-/// parked fact that is ready: nothing would bring it back, the release would be lost.
+/// parked fact that is ready.
 async fn deliver(
     servicing: &Servicing,
     handler: &AccountStateHandler,
@@ -83,27 +83,9 @@ async fn deliver(
             .filter(|(_, r)| matches!(r, MessageResult::Retry { .. }))
             .map(|(id, _)| id.as_str())
             .collect();
-        let mut acknowledged: std::collections::BTreeMap<AccountId, bool> = Default::default();
-        for (id, body, _) in &batch {
-            if let Ok(event) = ServicingEvent::decode(body.as_bytes()) {
-                let ok = acknowledged.entry(event.account_id).or_insert(true);
-                *ok &= !retried.contains(id.as_str());
-            }
-        }
-        let store = servicing.store("account-state");
-        for (account, _) in acknowledged.into_iter().filter(|(_, ok)| *ok) {
-            let loan = store.load(&account, &[]).await.expect("load").loan;
-            let ready: Vec<String> = loan
-                .iter()
-                .flat_map(|l| l.parked.iter())
-                .filter(|f| f.awaits.is_none())
-                .map(|f| f.source.to_string())
-                .collect();
-            assert!(
-                ready.is_empty(),
-                "{account}: every message acknowledged, yet {ready:?} ready and not released"
-            );
-        }
+        servicing
+            .assert_nothing_ready_once_acknowledged(&messages, &retried)
+            .await;
         for (id, body, n) in batch.into_iter().rev() {
             if retried.contains(id.as_str()) {
                 queue.push_front((id, body, n + 1));

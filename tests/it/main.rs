@@ -19,6 +19,7 @@ mod account_state;
 mod aging;
 mod capacity;
 mod collections;
+mod deadline;
 mod engines;
 mod evidence;
 mod fault_sweep;

@@ -346,6 +346,39 @@ impl Servicing {
 }
 
 impl Servicing {
+    /// After a batch: an account whose messages were all acknowledged (none in `retried`)
+    /// holds no parked fact that is ready — nothing would bring the account back, the release
+    /// would be lost.
+    pub async fn assert_nothing_ready_once_acknowledged(
+        &self,
+        batch: &[SqsMessage],
+        retried: &std::collections::HashSet<&str>,
+    ) {
+        let mut acknowledged: BTreeMap<AccountId, bool> = BTreeMap::new();
+        for message in batch {
+            let body = message.body.as_deref().unwrap_or_default();
+            if let Ok(event) = ServicingEvent::decode(body.as_bytes()) {
+                let id = message.message_id.as_deref().unwrap_or_default();
+                let ok = acknowledged.entry(event.account_id).or_insert(true);
+                *ok &= !retried.contains(id);
+            }
+        }
+        let store = self.store("account-state");
+        for (account, _) in acknowledged.into_iter().filter(|(_, ok)| *ok) {
+            let loan = store.load(&account, &[]).await.expect("load").loan;
+            let ready: Vec<String> = loan
+                .iter()
+                .flat_map(|l| l.parked.iter())
+                .filter(|f| f.awaits.is_none())
+                .map(|f| f.source.to_string())
+                .collect();
+            assert!(
+                ready.is_empty(),
+                "{account}: every message acknowledged, yet {ready:?} ready and not released"
+            );
+        }
+    }
+
     /// The stored state of `accounts` equals the ledger's, account by account: balances,
     /// allocations and delinquency history, the outbox events, and nothing left parked on them
     /// (nor waiting, ready, for a release that never came).

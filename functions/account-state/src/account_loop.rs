@@ -8,10 +8,14 @@ use servicing_store::{CommitOutcome, StoreError};
 use crate::AccountStateHandler;
 use crate::account::{AccountRun, Failure, Step};
 use crate::batch::{AccountResults, Pending};
+use crate::deadline::Deadline;
 use crate::decisions::Trail;
 use crate::group::Group;
 use crate::quarantine::STORE_REJECTED;
 use crate::report::MessageResult;
+
+/// The retry reason of what an invocation left because its deadline was near.
+const DEADLINE_NEAR: &str = "the invocation's deadline was near: left for redelivery";
 
 impl AccountStateHandler {
     /// Runs the account's events through [`AccountRun`]: this loop performs each step's
@@ -22,12 +26,22 @@ impl AccountStateHandler {
         &self,
         account: &AccountId,
         pending: &[Pending<'_>],
+        deadline: Deadline,
     ) -> AccountResults {
         let mut run = AccountRun::new(pending, self.cache.get(account));
         let mut trail = Trail::new(self.store.consumer(), pending);
         loop {
             let now = servicing_store::epoch_seconds();
-            match run.next_step(now, self.config.max_transaction_items) {
+            let step = run.next_step(now, self.config.max_transaction_items);
+            let sends = matches!(step, Step::Read(_) | Step::ReadTargets(_) | Step::Commit(_));
+            if sends && deadline.passed() {
+                // As if this request had failed transiently: the rest comes back, in order.
+                tracing::warn!(alert = "deadline", "the invocation's deadline is near");
+                let near = StoreError::Transient(DEADLINE_NEAR.to_owned());
+                self.fail(&mut run, &mut trail, near).await;
+                continue;
+            }
+            match step {
                 Step::Done => break,
                 Step::Read(payments) => {
                     let payments: Vec<&SourceRef> = payments.iter().collect();

@@ -14,6 +14,7 @@ use servicing_store::QuarantineEntry;
 use servicing_telemetry::{DecidedBy, DecisionRecord};
 
 use crate::AccountStateHandler;
+use crate::deadline::Deadline;
 use crate::decisions;
 use crate::report::{BatchReport, MessageResult};
 
@@ -44,7 +45,14 @@ impl<'a> Pending<'a> {
 }
 
 impl AccountStateHandler {
+    /// A batch with no deadline (tools, tests, the bench).
     pub async fn process(&self, messages: &[SqsMessage]) -> BatchReport {
+        self.process_until(messages, Deadline::NONE).await
+    }
+
+    /// A batch in which no request starts after `deadline`: what is left then is answered as
+    /// retries (`deadline`).
+    pub async fn process_until(&self, messages: &[SqsMessage], deadline: Deadline) -> BatchReport {
         let transactions_before = self.store.transactions_sent();
         let mut report = BatchReport::default();
         let mut by_account: Vec<(AccountId, Vec<Pending<'_>>)> = Vec::new();
@@ -120,7 +128,7 @@ impl AccountStateHandler {
         let results: Vec<AccountResults> = futures_util::stream::iter(by_account)
             .map(|(account, pending)| {
                 let participant = self.store.participant();
-                self.process_account_isolated(account, pending, participant)
+                self.process_account_isolated(account, pending, participant, deadline)
             })
             .buffer_unordered(self.config.account_concurrency)
             .collect()
@@ -150,10 +158,11 @@ impl AccountStateHandler {
         account: AccountId,
         pending: Vec<Pending<'_>>,
         _participant: servicing_store::Participant,
+        deadline: Deadline,
     ) -> AccountResults {
         // Unwind safety: a panic leaves nothing half-written (a commit is one transaction) and
         // the cache is only a hint, dropped for the account below.
-        let run = AssertUnwindSafe(self.process_account(&account, &pending));
+        let run = AssertUnwindSafe(self.process_account(&account, &pending, deadline));
         match run.catch_unwind().await {
             Ok(results) => results,
             Err(_) => {

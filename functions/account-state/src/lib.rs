@@ -12,13 +12,14 @@
 //! Here the handler and its entry point. The batch is decoded and its accounts run in `batch`,
 //! one account's requests performed in `account_loop` (what comes next decided in `account`, a
 //! group planned in `group`), the quarantine written in `quarantine`; `report` holds what the
-//! handler answers.
+//! handler answers, `deadline` when it stops starting requests.
 
 mod account;
 mod account_loop;
 mod batch;
 mod cache;
 mod config;
+mod deadline;
 mod decisions;
 mod group;
 mod metrics;
@@ -30,6 +31,7 @@ use servicing_store::ServicingStore;
 
 pub use cache::StateCache;
 pub use config::{Config, ConfigError};
+pub use deadline::{DEADLINE_RESERVE, Deadline};
 pub use decisions::emit_decisions;
 pub use metrics::BatchCounts;
 pub use report::{BatchReport, MessageResult};
@@ -57,14 +59,16 @@ impl AccountStateHandler {
         }
     }
 
-    /// The Lambda entry point: process, print the decision records (stamped with the Lambda
-    /// request id and the X-Ray trace id), emit the metrics lines, answer the failures.
+    /// The Lambda entry point: process (no request started past the deadline), print the
+    /// decision records (stamped with the Lambda request id and the X-Ray trace id), emit the
+    /// metrics lines, answer the failures.
     pub async fn handle_invocation(
         &self,
         event: SqsEvent,
         request_id: Option<&str>,
+        deadline: Deadline,
     ) -> SqsBatchResponse {
-        let mut report = self.process(&event.records).await;
+        let mut report = self.process_until(&event.records, deadline).await;
         decisions::stamp(&mut report.decisions, request_id);
         report.counts.emit(self.store.consumer());
         emit_decisions(self.store.consumer(), &report.decisions);

@@ -4,7 +4,7 @@
 // The batch future nests the SDK futures deeply; the default limit is too low for its layout.
 #![recursion_limit = "256"]
 
-use account_state::{AccountStateHandler, Config, FromSettings};
+use account_state::{AccountStateHandler, Config, Deadline, FromSettings};
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use servicing_store::ServicingStore;
@@ -28,7 +28,8 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let request_id = Some(event.context.request_id.as_str());
         let trace = event.context.xray_trace_id.clone();
-        let work = handler.handle_invocation(event.payload, request_id);
+        let deadline = Deadline::of_invocation(event.context.deadline);
+        let work = handler.handle_invocation(event.payload, request_id, deadline);
         Ok::<_, Error>(servicing_telemetry::with_trace(trace, work).await)
     }))
     .await

@@ -5,6 +5,8 @@
 //! standard variables (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_<SERVICE>`), so nothing here knows
 //! whether it talks to AWS or to a local engine.
 
+use std::time::Duration;
+
 use aws_config::{BehaviorVersion, ConfigLoader, SdkConfig};
 use aws_smithy_http_client::{
     Builder,
@@ -22,14 +24,18 @@ pub fn loader() -> ConfigLoader {
         .timeout_config(timeouts())
 }
 
+/// The longest one SDK operation may take, its retries included: what a function that must
+/// answer before its deadline reserves for the request it is about to start.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A hung request must not eat the invocation (functions run 30 s): each attempt is cut at
-/// 3 s, an operation with its retries at 10 s, so a batch still answers (its failures are
-/// retried by SQS) instead of the whole invocation timing out.
+/// 3 s, an operation with its retries at [`OPERATION_TIMEOUT`], so a batch still answers (its
+/// failures are retried by SQS) instead of the whole invocation timing out.
 pub fn timeouts() -> aws_config::timeout::TimeoutConfig {
     aws_config::timeout::TimeoutConfig::builder()
-        .connect_timeout(std::time::Duration::from_secs(2))
-        .operation_attempt_timeout(std::time::Duration::from_secs(3))
-        .operation_timeout(std::time::Duration::from_secs(10))
+        .connect_timeout(Duration::from_secs(2))
+        .operation_attempt_timeout(Duration::from_secs(3))
+        .operation_timeout(OPERATION_TIMEOUT)
         .build()
 }
 

@@ -1,0 +1,190 @@
+//! The invocation's deadline (account-state): no request starts after it, what is left is
+//! answered as retries with a decision record each, and redelivery ends in the ledger's state
+//! whatever moment the deadline falls on — before the first request, between two commits,
+//! before a parked fact's release. Without it Lambda would end the invocation unanswered: the
+//! whole batch redelivered, the records of what was done never printed.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, Instant, SystemTime};
+
+use account_state::{AccountStateHandler, Deadline, MessageResult, Verdict};
+use integration_tests::faults::FaultPlan;
+use integration_tests::generate::ordering_case;
+use integration_tests::servicing::{Servicing, sqs_message};
+use integration_tests::{Engine, Rng, record_figure};
+use servicing_domain::Ledger;
+
+on_both_engines!(
+    when_the_deadline_is_near_before_any_request_should_send_none_and_retry_the_batch,
+    when_the_deadline_falls_anywhere_in_a_run_should_still_reach_the_ledger_state
+);
+
+/// Generated streams per engine.
+const STREAMS: u64 = 16;
+
+/// A generated stream of three accounts (facts that wait for another delivered early,
+/// duplicates injected) and the ledger's in-order result.
+fn case(seed: u64, tag: &str) -> (Vec<String>, Vec<String>, Ledger) {
+    let mut rng = Rng(seed * 7_919 + 3);
+    let accounts: Vec<String> = (0..3).map(|a| format!("acc_dl{seed}_{tag}_{a}")).collect();
+    let (ledger, bodies) = ordering_case(&mut rng, &accounts, seed.is_multiple_of(2));
+    (accounts, bodies, ledger)
+}
+
+async fn when_the_deadline_is_near_before_any_request_should_send_none_and_retry_the_batch(
+    engine: Engine,
+) {
+    let (accounts, bodies, ledger) = case(100, "near");
+    let faults = FaultPlan::default();
+    let servicing = &Servicing::with_stream(engine, false).await;
+    let handler = servicing.faulty_handler(servicing.config(), &faults);
+    let messages: Vec<_> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, body)| sqs_message(&format!("m{i}"), body, 1))
+        .collect();
+
+    let last_start = SystemTime::now();
+    let report = handler
+        .process_until(&messages, Deadline::requests_until(last_start))
+        .await;
+
+    assert_eq!(
+        faults.requests(),
+        0,
+        "{engine:?}: a request started past the deadline"
+    );
+    assert_eq!(
+        report.response().batch_item_failures.len(),
+        messages.len(),
+        "{engine:?}: every message is left for redelivery"
+    );
+    assert_eq!(report.decisions.len(), messages.len());
+    assert!(
+        report
+            .decisions
+            .iter()
+            .all(|d| d.verdict == Verdict::Retried),
+        "{engine:?}: {:?}",
+        report.decisions
+    );
+    // SQS brings the batch back: it applies in full.
+    let mut queue = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, body)| (format!("m{i}"), body.clone(), 2))
+        .collect();
+    let mut rng = Rng(7);
+    deliver(servicing, &handler, &mut queue, &mut rng, Duration::ZERO).await;
+    let context = format!("{engine:?}, after a batch stopped before its first request");
+    servicing
+        .assert_accounts_match(&ledger, &accounts, &context)
+        .await;
+}
+
+async fn when_the_deadline_falls_anywhere_in_a_run_should_still_reach_the_ledger_state(
+    engine: Engine,
+) {
+    // How long a batch takes on this engine and machine: the deadlines fall inside that span.
+    let span = {
+        let (_, bodies, _) = case(999, "span");
+        let servicing = &Servicing::with_stream(engine, false).await;
+        let handler = servicing.handler();
+        let mut queue = queue_of(&bodies);
+        let started = Instant::now();
+        let batches = deliver(servicing, &handler, &mut queue, &mut Rng(5), Duration::ZERO).await;
+        servicing.drop_table().await;
+        started.elapsed() / u32::try_from(batches.total).expect("batches")
+    };
+    let mut totals = Batches::default();
+    for seed in 0..STREAMS {
+        let (accounts, bodies, ledger) = case(seed, "any");
+        let servicing = &Servicing::with_stream(engine, false).await;
+        let handler = servicing.handler();
+        let mut queue = queue_of(&bodies);
+        let mut rng = Rng(seed + 11);
+        let batches = deliver(servicing, &handler, &mut queue, &mut rng, span).await;
+        totals.total += batches.total;
+        totals.stopped_midway += batches.stopped_midway;
+        let context = format!("{engine:?} stream {seed}, deadlines within {span:?}");
+        servicing
+            .assert_accounts_match(&ledger, &accounts, &context)
+            .await;
+        servicing.drop_table().await;
+    }
+    record_figure(&format!(
+        "deadline {engine:?}: {STREAMS} streams, {} batches, {} stopped between two requests (batch span {span:?})",
+        totals.total, totals.stopped_midway
+    ));
+    assert!(
+        totals.stopped_midway > 0,
+        "{engine:?}: no deadline fell between two requests of a batch ({} batches, span {span:?})",
+        totals.total
+    );
+}
+
+#[derive(Debug, Default)]
+struct Batches {
+    total: u64,
+    /// Batches that applied some facts and left others for the deadline.
+    stopped_midway: u64,
+}
+
+fn queue_of(bodies: &[String]) -> VecDeque<(String, String, u32)> {
+    bodies
+        .iter()
+        .enumerate()
+        .map(|(i, body)| (format!("m{i}"), body.clone(), 1))
+        .collect()
+}
+
+/// Delivers the queue in random batch cuts, as SQS would: what a batch reports failed comes
+/// back at the head with its receive count raised. With a `span`, two batches in three (drawn)
+/// may start no request past a moment drawn inside it. After each batch, an account whose
+/// messages were all acknowledged holds no parked fact that is ready.
+async fn deliver(
+    servicing: &Servicing,
+    handler: &AccountStateHandler,
+    queue: &mut VecDeque<(String, String, u32)>,
+    rng: &mut Rng,
+    span: Duration,
+) -> Batches {
+    let mut batches = Batches::default();
+    while !queue.is_empty() {
+        batches.total += 1;
+        assert!(batches.total < 500, "the run does not settle: {queue:?}");
+        let size = (1 + rng.below(10)).min(queue.len());
+        let batch: Vec<_> = queue.drain(..size).collect();
+        let messages: Vec<_> = batch
+            .iter()
+            .map(|(id, body, n)| sqs_message(id, body, *n))
+            .collect();
+        let span_micros = usize::try_from(span.as_micros()).expect("span");
+        let deadline = if span_micros > 0 && rng.below(3) > 0 {
+            let drawn = rng.below(span_micros + 1);
+            let within = Duration::from_micros(u64::try_from(drawn).expect("micros"));
+            Deadline::requests_until(SystemTime::now() + within)
+        } else {
+            Deadline::NONE
+        };
+        let report = handler.process_until(&messages, deadline).await;
+        let retried: HashSet<&str> = report
+            .results
+            .iter()
+            .filter(|(_, r)| matches!(r, MessageResult::Retry { .. }))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        if !retried.is_empty() && retried.len() < report.results.len() {
+            batches.stopped_midway += 1;
+        }
+        servicing
+            .assert_nothing_ready_once_acknowledged(&messages, &retried)
+            .await;
+        for (id, body, n) in batch.into_iter().rev() {
+            if retried.contains(id.as_str()) {
+                queue.push_front((id, body, n + 1));
+            }
+        }
+    }
+    batches
+}
