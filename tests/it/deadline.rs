@@ -1,14 +1,15 @@
-//! The invocation's deadline (account-state): no request starts after it, what is left is
+//! The invocation's deadline (account-state): no read or commit starts after it — not even a
+//! commit that group commit held while another account's read was slow — what is left is
 //! answered as retries with a decision record each, and redelivery ends in the ledger's state
-//! whatever moment the deadline falls on — before the first request, between two commits,
-//! before a parked fact's release. Without it Lambda would end the invocation unanswered: the
-//! whole batch redelivered, the records of what was done never printed.
+//! whatever moment the deadline falls on. Without it Lambda would end the invocation
+//! unanswered: the whole batch redelivered, the records of what was done never printed.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
 use account_state::{AccountStateHandler, Deadline, MessageResult, Verdict};
-use integration_tests::faults::FaultPlan;
+use futures_util::StreamExt;
+use integration_tests::faults::{Fault, FaultPlan};
 use integration_tests::generate::ordering_case;
 use integration_tests::servicing::{Servicing, sqs_message};
 use integration_tests::{Engine, Rng, record_figure};
@@ -16,6 +17,7 @@ use servicing_domain::Ledger;
 
 on_both_engines!(
     when_the_deadline_is_near_before_any_request_should_send_none_and_retry_the_batch,
+    when_any_request_is_slow_past_the_deadline_should_start_none_after_it,
     when_the_deadline_falls_anywhere_in_a_run_should_still_reach_the_ledger_state
 );
 
@@ -38,11 +40,7 @@ async fn when_the_deadline_is_near_before_any_request_should_send_none_and_retry
     let faults = FaultPlan::default();
     let servicing = &Servicing::with_stream(engine, false).await;
     let handler = servicing.faulty_handler(servicing.config(), &faults);
-    let messages: Vec<_> = bodies
-        .iter()
-        .enumerate()
-        .map(|(i, body)| sqs_message(&format!("m{i}"), body, 1))
-        .collect();
+    let messages = messages(&bodies);
 
     let last_start = SystemTime::now();
     let report = handler
@@ -80,6 +78,94 @@ async fn when_the_deadline_is_near_before_any_request_should_send_none_and_retry
     servicing
         .assert_accounts_match(&ledger, &accounts, &context)
         .await;
+}
+
+/// The deadline of the slow-request sweep, after the batch starts: far beyond what its requests
+/// take here, far before the slow one ends.
+const LAST_START: Duration = Duration::from_millis(600);
+const SLOW: Duration = Duration::from_millis(2_500);
+/// Between a request allowed just before the deadline and its arrival at the HTTP layer.
+const DISPATCH: Duration = Duration::from_millis(500);
+
+/// For every request N of a clean one-batch run (three accounts side by side, so their commits
+/// share transactions), a run in which request N is slow past the deadline: no request may
+/// start after the deadline — a commit group commit held for the slow account included — and
+/// redelivering what was left ends in the ledger's state.
+async fn when_any_request_is_slow_past_the_deadline_should_start_none_after_it(engine: Engine) {
+    let requests = {
+        let (_, bodies, _) = case(300, "count");
+        let faults = FaultPlan::default();
+        let servicing = &Servicing::with_stream(engine, false).await;
+        let handler = servicing.faulty_handler(servicing.config(), &faults);
+        handler.process(&messages(&bodies)).await;
+        servicing.drop_table().await;
+        faults.requests()
+    };
+    let runs = futures_util::stream::iter(0..requests)
+        .map(|n| async move {
+            let (accounts, bodies, ledger) = case(300, &format!("slow{n}"));
+            let faults = FaultPlan::default();
+            faults.at_request(n, Fault::Slow(SLOW));
+            let servicing = &Servicing::with_stream(engine, false).await;
+            let handler = servicing.faulty_handler(servicing.config(), &faults);
+            let last_start = SystemTime::now() + LAST_START;
+            let report = handler
+                .process_until(&messages(&bodies), Deadline::requests_until(last_start))
+                .await;
+            let late: Vec<Duration> = faults
+                .request_starts()
+                .iter()
+                .filter_map(|at| at.duration_since(last_start).ok())
+                .filter(|past| *past > DISPATCH)
+                .collect();
+            assert!(
+                late.is_empty(),
+                "{engine:?}, request {n} slow: requests started {late:?} past the deadline"
+            );
+            let mut queue: VecDeque<(String, String, u32)> = report
+                .results
+                .iter()
+                .filter(|(_, r)| matches!(r, MessageResult::Retry { .. }))
+                .map(|(id, _)| {
+                    let i: usize = id[1..].parse().expect("m<i>");
+                    (id.clone(), bodies[i].clone(), 2)
+                })
+                .collect();
+            let retried = queue.len();
+            deliver(
+                servicing,
+                &handler,
+                &mut queue,
+                &mut Rng(n + 1),
+                Duration::ZERO,
+            )
+            .await;
+            let context = format!("{engine:?}, request {n} slow past the deadline");
+            servicing
+                .assert_accounts_match(&ledger, &accounts, &context)
+                .await;
+            servicing.drop_table().await;
+            retried
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<usize>>()
+        .await;
+    let stopped = runs.iter().filter(|retried| **retried > 0).count();
+    record_figure(&format!(
+        "deadline {engine:?}: {requests} runs, each with one request slow past the deadline; {stopped} left messages for redelivery, none started a request after it"
+    ));
+    assert!(
+        stopped > 0,
+        "{engine:?}: no slow request left anything undone"
+    );
+}
+
+fn messages(bodies: &[String]) -> Vec<aws_lambda_events::event::sqs::SqsMessage> {
+    bodies
+        .iter()
+        .enumerate()
+        .map(|(i, body)| sqs_message(&format!("m{i}"), body, 1))
+        .collect()
 }
 
 async fn when_the_deadline_falls_anywhere_in_a_run_should_still_reach_the_ledger_state(

@@ -1,9 +1,9 @@
 //! Faults no local engine produces on demand — throttling, a 5xx, `TransactionConflict`, a
-//! request refused as such, a lost response, a panic — injected from the tests' side, under the
-//! SDK: an HTTP connector that wraps the real one and consults the plan on each request. Queued
-//! faults take the next commit (`TransactWriteItems`; a panic takes whatever request comes
-//! next); a fault armed with [`FaultPlan::at_request`] takes the Nth request of any kind, so a
-//! sweep can fault every request of a run in turn.
+//! request refused as such, a lost response, a slow request, a panic — injected from the
+//! tests' side, under the SDK: an HTTP connector that wraps the real one and consults the plan
+//! on each request. Queued faults take the next commit (`TransactWriteItems`; a panic takes
+//! whatever request comes next); a fault armed with [`FaultPlan::at_request`] takes the Nth
+//! request of any kind, so a sweep can fault every request of a run in turn.
 //! Production code has no seam: the store under test is the one that ships, over a client
 //! whose HTTP layer misbehaves on cue.
 
@@ -39,6 +39,9 @@ pub enum Fault {
     Invalid,
     /// Not sent; answered HTTP 500 `InternalServerError`, once the SDK's retries are spent.
     ServerError,
+    /// Sent after this pause, then answered as usual: a slow request (a throttled table, a
+    /// long connect) whatever its kind.
+    Slow(std::time::Duration),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -50,6 +53,8 @@ struct PlanState {
     /// `(n, fault)`: the request numbered `n` (counting every request from 0) takes `fault`.
     armed: Vec<(u64, Fault)>,
     requests: u64,
+    /// When each request was handed to the connector, in order.
+    started: Vec<std::time::SystemTime>,
 }
 
 impl FaultPlan {
@@ -75,6 +80,11 @@ impl FaultPlan {
         self.state().requests
     }
 
+    /// When each request so far started (was handed to the HTTP layer), in order.
+    pub fn request_starts(&self) -> Vec<std::time::SystemTime> {
+        self.state().started.clone()
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, PlanState> {
         self.0
             .lock()
@@ -87,6 +97,7 @@ impl FaultPlan {
         let mut state = self.state();
         let number = state.requests;
         state.requests += 1;
+        state.started.push(std::time::SystemTime::now());
         if let Some(i) = state.armed.iter().position(|(at, _)| *at == number) {
             return Some(state.armed.swap_remove(i).1);
         }
@@ -204,6 +215,13 @@ impl HttpConnector for FaultyConnector {
                 )))
             }
             Some(Fault::Panic) => panic!("injected: a bug in the handler"),
+            Some(Fault::Slow(pause)) => {
+                let inner = self.inner.clone();
+                HttpConnectorFuture::new(async move {
+                    tokio::time::sleep(pause).await;
+                    inner.call(request).await
+                })
+            }
             Some(Fault::LoseResponse) => {
                 let sent = self.inner.call(request);
                 HttpConnectorFuture::new(async move {

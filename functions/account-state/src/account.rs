@@ -278,7 +278,7 @@ impl<'p, 'a> AccountRun<'p, 'a> {
             tracing::warn!(error = %error, "a released fact's commit failed; its last event is redelivered");
             if let Some(last) = self.settled.last_mut() {
                 *last = Some(MessageResult::Retry {
-                    reason: "a parked fact this batch released failed to commit".to_owned(),
+                    reason: format!("a parked fact this batch released is not committed ({error})"),
                 });
             }
             self.ended = true;

@@ -14,8 +14,8 @@ use crate::group::Group;
 use crate::quarantine::STORE_REJECTED;
 use crate::report::MessageResult;
 
-/// The retry reason of what an invocation left because its deadline was near.
-const DEADLINE_NEAR: &str = "the invocation's deadline was near: left for redelivery";
+/// Why a request was not sent: the rest of the account is left for redelivery.
+const DEADLINE_NEAR: &str = "the invocation's deadline was near";
 
 impl AccountStateHandler {
     /// Runs the account's events through [`AccountRun`]: this loop performs each step's
@@ -37,7 +37,7 @@ impl AccountStateHandler {
             if sends && deadline.passed() {
                 // As if this request had failed transiently: the rest comes back, in order.
                 tracing::warn!(alert = "deadline", "the invocation's deadline is near");
-                let near = StoreError::Transient(DEADLINE_NEAR.to_owned());
+                let near = StoreError::NotSent(DEADLINE_NEAR.to_owned());
                 self.fail(&mut run, &mut trail, near).await;
                 continue;
             }
@@ -72,7 +72,10 @@ impl AccountStateHandler {
                         run.settle(index, result);
                     }
                 }
-                Step::Commit(group) => self.commit(account, &mut run, &mut trail, *group).await,
+                Step::Commit(group) => {
+                    self.commit(account, &mut run, &mut trail, *group, deadline)
+                        .await
+                }
             }
         }
         let finished = run.finish();
@@ -102,12 +105,19 @@ impl AccountStateHandler {
         run: &mut AccountRun<'_, '_>,
         trail: &mut Trail<'_, '_>,
         group: Group,
+        deadline: Deadline,
     ) {
         let pending = run.pending();
         let units = group.units(pending);
+        // Group commit may hold the transaction while other accounts read: it leaves only
+        // before the deadline, or not at all.
         let answer = self
             .store
-            .commit_all(&units, Some(group.loan_write(account)))
+            .commit_all_before(
+                &units,
+                Some(group.loan_write(account)),
+                deadline.last_start(),
+            )
             .await;
         drop(units);
         if let Ok(outcomes) = &answer {

@@ -1,8 +1,10 @@
 //! The invocation's deadline. Lambda ends an invocation at its deadline without an answer:
 //! SQS then redelivers the whole batch (what was committed comes back as duplicates) and the
-//! decision records of what was done are never printed. So no request starts that could still
-//! be running at the deadline; what is left is answered as a retry, exactly as if that request
-//! had failed transiently (any request index may fail: the fault sweep proves it).
+//! decision records of what was done are never printed. So no read or commit starts that
+//! could still be running at the deadline (a commit held by group commit is checked again when
+//! it would leave); what is left is answered as a retry, exactly as if that request had failed
+//! transiently (any request index may fail: the fault sweep proves it). Quarantine writes are
+//! not cut: one request each, within the SDK's timeout.
 
 use std::time::{Duration, SystemTime};
 
@@ -43,6 +45,11 @@ impl Deadline {
     pub(crate) fn passed(self) -> bool {
         self.0
             .is_some_and(|last_start| SystemTime::now() >= last_start)
+    }
+
+    /// The last moment a request may start, if any.
+    pub(crate) fn last_start(self) -> Option<SystemTime> {
+        self.0
     }
 }
 

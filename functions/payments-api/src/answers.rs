@@ -24,16 +24,17 @@ pub(crate) fn unauthenticated() -> Problem {
 
 pub(crate) fn store_problem(error: StoreError) -> Problem {
     tracing::error!(error = %error, "store failure");
-    match error {
-        StoreError::Transient(_) => Problem::new(
+    if error.is_transient() {
+        Problem::new(
             ProblemType::TemporarilyUnavailable,
             "retry with the same Idempotency-Key",
         )
-        .with_retry_after(1),
-        _ => Problem::new(
+        .with_retry_after(1)
+    } else {
+        Problem::new(
             ProblemType::Internal,
             "the failure was logged; quote the instance to support",
-        ),
+        )
     }
 }
 

@@ -294,7 +294,7 @@ impl ServicingStore {
             parts.push(Part::Latest);
             transaction.push(self.put(crate::schema::to_item(&record)?, Some(condition))?);
         }
-        let reasons = match self.combiner.send(transaction).await? {
+        let reasons = match self.combiner.send(transaction, None).await? {
             Answer::Committed => return Ok(CommitOutcome::Committed),
             Answer::Withdrawn => return Ok(CommitOutcome::Contended),
             Answer::Cancelled(reasons) => reasons,

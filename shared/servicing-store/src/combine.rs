@@ -8,11 +8,14 @@
 //! Each submission keeps its own answer: the cancellation reasons of its own items;
 //! `Withdrawn` when only another submission's items failed (nothing of it was written and its
 //! state still holds); and a request refused as such is sent again per submission, so one bad
-//! transaction never fails the others.
+//! transaction never fails the others. A submission may name the last moment it may leave (its
+//! invocation's deadline near): a round that forms later answers it `NotSent` without sending,
+//! however long it waited for the other participants.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
@@ -43,7 +46,16 @@ struct Submission {
     /// `items.len()`, still known once the items have gone into a request.
     size: usize,
     keys: Vec<(String, String)>,
+    /// No request carries it after this moment.
+    last_start: Option<SystemTime>,
     reply: Reply,
+}
+
+impl Submission {
+    fn too_late(&self) -> bool {
+        self.last_start
+            .is_some_and(|last| SystemTime::now() >= last)
+    }
 }
 
 #[derive(Default)]
@@ -122,10 +134,12 @@ impl Combiner {
         std::mem::take(&mut gate.waiting)
     }
 
-    /// Commits `items`, together with the other participants' commits of this round.
+    /// Commits `items`, together with the other participants' commits of this round, unless
+    /// the round forms after `last_start`.
     pub async fn send(
         self: &Arc<Self>,
         items: Vec<TransactWriteItem>,
+        last_start: Option<SystemTime>,
     ) -> Result<Answer, StoreError> {
         let (reply, answer) = oneshot::channel();
         let keys = items.iter().filter_map(item_key).collect();
@@ -137,6 +151,7 @@ impl Combiner {
                 items,
                 size,
                 keys,
+                last_start,
                 reply,
             });
             Self::round(&mut gate)
@@ -181,7 +196,15 @@ impl Combiner {
         }
     }
 
-    async fn commit(&self, mut flight: Vec<Submission>) {
+    async fn commit(&self, flight: Vec<Submission>) {
+        let (late, mut flight): (Vec<_>, Vec<_>) = flight.into_iter().partition(|s| s.too_late());
+        if !late.is_empty() {
+            let error = StoreError::NotSent("its invocation's deadline was near".into());
+            self.reply(late.into_iter().map(|s| (s, Err(error.clone()))).collect());
+        }
+        if flight.is_empty() {
+            return;
+        }
         let merged = flight.len() > 1;
         let items: Vec<TransactWriteItem> = if merged {
             // Kept: a shared request refused as such is resent per submission.
@@ -296,79 +319,4 @@ fn item_key(item: &TransactWriteItem) -> Option<(String, String)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use aws_sdk_dynamodb::types::Put;
-
-    use super::*;
-
-    fn put(pk: &str) -> TransactWriteItem {
-        let item = items::key_item((pk.to_owned(), "X".to_owned()));
-        let put = Put::builder()
-            .table_name("t")
-            .set_item(Some(item))
-            .build()
-            .expect("put");
-        TransactWriteItem::builder().put(put).build()
-    }
-
-    fn submission(pks: &[&str]) -> Submission {
-        let items: Vec<TransactWriteItem> = pks.iter().map(|pk| put(pk)).collect();
-        let keys = items.iter().filter_map(item_key).collect();
-        Submission {
-            size: items.len(),
-            items,
-            keys,
-            reply: oneshot::channel().0,
-        }
-    }
-
-    fn sizes(flight: &[Submission]) -> Vec<usize> {
-        flight.iter().map(|s| s.items.len()).collect()
-    }
-
-    #[test]
-    fn when_submissions_fit_should_leave_in_one_flight_in_order() {
-        let mut waiting: VecDeque<Submission> = [
-            submission(&["a1", "a2"]),
-            submission(&["b1"]),
-            submission(&["c1", "c2", "c3"]),
-        ]
-        .into();
-        let flight = next_flight(&mut waiting, MAX_TRANSACTION_ITEMS);
-        assert_eq!(sizes(&flight), [2, 1, 3]);
-        assert!(waiting.is_empty());
-    }
-
-    #[test]
-    fn when_the_item_limit_is_reached_should_keep_the_rest_for_the_next_flight() {
-        let mut waiting: VecDeque<Submission> = [
-            submission(&["a1", "a2"]),
-            submission(&["b1", "b2"]),
-            submission(&["c1"]),
-        ]
-        .into();
-        let flight = next_flight(&mut waiting, 3);
-        // b does not fit beside a; c still does.
-        assert_eq!(sizes(&flight), [2, 1]);
-        assert_eq!(sizes(&next_flight(&mut waiting, 3)), [2]);
-        // A submission larger than the limit still leaves, alone.
-        let mut big: VecDeque<Submission> = [submission(&["d1", "d2", "d3", "d4"])].into();
-        assert_eq!(sizes(&next_flight(&mut big, 3)), [4]);
-    }
-
-    #[test]
-    fn when_two_submissions_touch_one_item_should_never_share_a_flight() {
-        let mut waiting: VecDeque<Submission> = [
-            submission(&["claim-x", "a"]),
-            submission(&["claim-x", "b"]),
-            submission(&["c"]),
-        ]
-        .into();
-        assert_eq!(
-            sizes(&next_flight(&mut waiting, MAX_TRANSACTION_ITEMS)),
-            [2, 1]
-        );
-        let second = next_flight(&mut waiting, MAX_TRANSACTION_ITEMS);
-        assert_eq!(second[0].keys[1].0, "b");
-    }
-}
+mod tests;

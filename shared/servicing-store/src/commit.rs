@@ -149,16 +149,27 @@ impl ServicingStore {
     /// accounts may share). One outcome per unit, in order: all `Committed`, or none committed.
     /// Without units (only the loan item changes: a released fact parked again), one outcome
     /// for the loan write itself — never an empty answer, which would read as "all committed".
-    #[tracing::instrument(skip_all, fields(units = units.len()))]
     pub async fn commit_all(
         &self,
         units: &[UnitOfWork<'_>],
         loan: Option<LoanWrite<'_>>,
     ) -> Result<Vec<CommitOutcome>, StoreError> {
+        self.commit_all_before(units, loan, None).await
+    }
+
+    /// [`Self::commit_all`], answered [`StoreError::NotSent`] if its transaction would leave
+    /// after `last_start` (group commit may hold it while other accounts finish their reads).
+    #[tracing::instrument(skip_all, fields(units = units.len()))]
+    pub async fn commit_all_before(
+        &self,
+        units: &[UnitOfWork<'_>],
+        loan: Option<LoanWrite<'_>>,
+        last_start: Option<std::time::SystemTime>,
+    ) -> Result<Vec<CommitOutcome>, StoreError> {
         let (now, now_millis) = now_epoch();
         let transaction = self.transaction_items(units, loan, now, now_millis)?;
         let answers = units.len().max(1);
-        let outcomes = match self.combiner.send(transaction.items).await? {
+        let outcomes = match self.combiner.send(transaction.items, last_start).await? {
             crate::combine::Answer::Committed => vec![CommitOutcome::Committed; answers],
             crate::combine::Answer::Withdrawn => vec![CommitOutcome::Withdrawn; answers],
             crate::combine::Answer::Cancelled(reasons) => {

@@ -15,11 +15,14 @@ pub enum StoreError {
     /// Stored data that does not decode: an operator must look.
     #[error("stored item is corrupt: {0}")]
     Corrupt(String),
+    /// Never sent, and nothing wrong with it (the caller's deadline came first): retry later.
+    #[error("not sent: {0}")]
+    NotSent(String),
 }
 
 impl StoreError {
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Transient(_))
+        matches!(self, StoreError::Transient(_) | StoreError::NotSent(_))
     }
 }
 
