@@ -50,8 +50,8 @@ impl AccountStateHandler {
         self.process_until(messages, Deadline::NONE).await
     }
 
-    /// A batch in which no request starts after `deadline`: what is left then is answered as
-    /// retries (`deadline`).
+    /// A batch in which no read or commit starts after `deadline`: what is left then is
+    /// answered as retries (`deadline`).
     pub async fn process_until(&self, messages: &[SqsMessage], deadline: Deadline) -> BatchReport {
         let transactions_before = self.store.transactions_sent();
         let mut report = BatchReport::default();

@@ -36,7 +36,7 @@ impl Deadline {
         ))
     }
 
-    /// No request starts after `last_start`.
+    /// No read or commit starts after `last_start`.
     pub fn requests_until(last_start: SystemTime) -> Self {
         Deadline(Some(last_start))
     }

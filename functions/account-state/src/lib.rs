@@ -59,7 +59,7 @@ impl AccountStateHandler {
         }
     }
 
-    /// The Lambda entry point: process (no request started past the deadline), print the
+    /// The Lambda entry point: process (no read or commit started past the deadline), print the
     /// decision records (stamped with the Lambda request id and the X-Ray trace id), emit the
     /// metrics lines, answer the failures.
     pub async fn handle_invocation(
