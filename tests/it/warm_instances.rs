@@ -20,6 +20,7 @@ on_both_engines!(
     when_the_reconciler_empties_a_loan_item_should_never_repeat_its_version,
     when_dynamodb_refuses_a_released_fact_should_quarantine_it_and_not_the_next_event,
     when_only_the_loan_item_is_written_and_refused_should_not_count_as_committed,
+    when_a_stale_instance_finds_its_payment_a_duplicate_should_still_release_what_it_made_ready,
     when_instances_and_the_reconciler_interleave_should_match_the_ledger_at_every_step,
 );
 
@@ -223,6 +224,60 @@ async fn when_only_the_loan_item_is_written_and_refused_should_not_count_as_comm
         process(&servicing.handler(), &[("p", pay(a, "pay-1", 3, 700))]).await,
         [MessageResult::Applied]
     );
+    let (account, _) = servicing.loan(a).await.expect("loan");
+    assert_eq!(
+        account.principal_outstanding_minor, 100_000,
+        "paid, then reversed"
+    );
+}
+
+/// Issue 30: two instances, batch size 1. The instance that applied a payment could not commit
+/// the reversal it made ready, so the payment comes back — to the other instance, whose warm
+/// state predates the payment. Its transaction is cancelled with the claim refused (a
+/// duplicate) *and* the loan's version condition failed: the state it judged on is stale, so
+/// it reads again and releases the reversal before it acknowledges.
+async fn when_a_stale_instance_finds_its_payment_a_duplicate_should_still_release_what_it_made_ready(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let faults = FaultPlan::default();
+    let first = servicing.faulty_handler(servicing.config(), &faults);
+    let second = servicing.handler();
+    let a = "acc_stale_duplicate";
+    assert_eq!(
+        process(&second, &[("o", open(a))]).await,
+        [MessageResult::Applied]
+    );
+    assert_eq!(
+        process(&second, &[("r", reverse(a, "rev-1", "pay-1", 4, 700))]).await,
+        [MessageResult::Parked]
+    );
+    // Warms the second instance with the reversal parked (no reversal in it: its cache holds).
+    assert_eq!(
+        process(&second, &[("f", fee(a, "fee-1", 4, 300))]).await,
+        [MessageResult::Applied]
+    );
+    // The first instance applies the payment; the reversal's commit (its second) fails.
+    faults.at_commit(1, Fault::ServerError);
+    let got = process(&first, &[("p", pay(a, "pay-1", 3, 700))]).await;
+    assert_eq!(faults.pending(), 0, "the release's commit was faulted");
+    assert!(
+        matches!(got.as_slice(), [MessageResult::Retry { .. }]),
+        "the payment carries the unreleased reversal back: {got:?}"
+    );
+    // Its redelivery reaches the second instance.
+    assert_eq!(
+        process(&second, &[("p2", pay(a, "pay-1", 3, 700))]).await,
+        [MessageResult::Duplicate]
+    );
+    let loan = servicing
+        .store("account-state")
+        .load(&servicing_domain::AccountId::parse(a).expect("id"), &[])
+        .await
+        .expect("load")
+        .loan
+        .expect("loan");
+    assert!(loan.parked.is_empty(), "released: {:?}", loan.parked);
     let (account, _) = servicing.loan(a).await.expect("loan");
     assert_eq!(
         account.principal_outstanding_minor, 100_000,

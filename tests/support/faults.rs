@@ -52,7 +52,10 @@ struct PlanState {
     queued: VecDeque<Fault>,
     /// `(n, fault)`: the request numbered `n` (counting every request from 0) takes `fault`.
     armed: Vec<(u64, Fault)>,
+    /// `(n, fault)`: the commit numbered `n` (counting `TransactWriteItems` from 0) takes it.
+    armed_commits: Vec<(u64, Fault)>,
     requests: u64,
+    commits: u64,
     /// When each request was handed to the connector, in order.
     started: Vec<std::time::SystemTime>,
 }
@@ -64,7 +67,15 @@ impl FaultPlan {
 
     pub fn pending(&self) -> usize {
         let state = self.state();
-        state.queued.len() + state.armed.len()
+        state.queued.len() + state.armed.len() + state.armed_commits.len()
+    }
+
+    /// Arms `fault` for the `n`th commit (`TransactWriteItems`) from now (0: the next one),
+    /// whatever the reads between.
+    pub fn at_commit(&self, n: u64, fault: Fault) {
+        let mut state = self.state();
+        let at = state.commits + n;
+        state.armed_commits.push((at, fault));
     }
 
     /// Arms `fault` for the `n`th request from now (0: the next one), whatever its kind (several
@@ -100,6 +111,13 @@ impl FaultPlan {
         state.started.push(std::time::SystemTime::now());
         if let Some(i) = state.armed.iter().position(|(at, _)| *at == number) {
             return Some(state.armed.swap_remove(i).1);
+        }
+        if commit {
+            let number = state.commits;
+            state.commits += 1;
+            if let Some(i) = state.armed_commits.iter().position(|(at, _)| *at == number) {
+                return Some(state.armed_commits.swap_remove(i).1);
+            }
         }
         match state.queued.front() {
             Some(Fault::Panic) => state.queued.pop_front(),

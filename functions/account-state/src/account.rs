@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use servicing_domain::{Fingerprint, SourceRef};
-use servicing_store::{CommitOutcome, LoanItem, Snapshot, StoreError};
+use servicing_store::{Commit, CommitOutcome, LoanItem, Snapshot, StoreError};
 
 use crate::batch::Pending;
 use crate::group::{self, Answer, Group, Stop, Subject};
@@ -199,20 +199,22 @@ impl<'p, 'a> AccountRun<'p, 'a> {
 
     /// The group was cancelled: duplicates are answered from the refusal, collisions returned
     /// for their quarantine; any other refusal means the state moved (re-read, after a
-    /// backoff) — an error once `max_rounds` rounds are lost.
+    /// backoff) — an error once `max_rounds` rounds are lost. A failed loan condition always
+    /// means the state moved, even when every claim was refused: the snapshot (a warm
+    /// instance's, older than another instance's commit) must not be kept or judged on.
     pub fn refused(
         &mut self,
         group: &Group,
-        outcomes: Vec<CommitOutcome>,
+        commit: Commit,
         max_rounds: u32,
     ) -> Result<Refused, StoreError> {
         let mut refused = Refused::default();
-        let mut moved = false;
+        let mut moved = commit.loan_moved;
         if group.members_with_units(self.pending).next().is_none() {
             // Only the loan item was written (a released fact parked again): its one outcome.
-            moved = !matches!(outcomes.first(), Some(CommitOutcome::Withdrawn));
+            moved |= !matches!(commit.outcomes.first(), Some(CommitOutcome::Withdrawn));
         }
-        for (member, outcome) in group.members_with_units(self.pending).zip(outcomes) {
+        for (member, outcome) in group.members_with_units(self.pending).zip(commit.outcomes) {
             let index = match &member.subject {
                 Subject::Pending(index) => Some(*index),
                 Subject::Released(_) => None,
@@ -271,13 +273,27 @@ impl<'p, 'a> AccountRun<'p, 'a> {
     /// event of the account, so SQS redelivers them in order. When every event is answered
     /// (a released fact's commit failed), the account's last event is redelivered: nothing
     /// else would bring the ready fact back, and its redelivery is a duplicate whose read
-    /// releases the fact again.
+    /// releases the fact again. A quarantined event (a collision) is passed over: its
+    /// redelivery would quarantine and alarm a second time. Only when every event was
+    /// quarantined is the last one redelivered all the same: a second alarm is noise, a ready
+    /// fact left unreleased is money.
     pub fn fail(&mut self, error: StoreError) -> Failure {
         self.snapshot = None;
         let Some(first) = self.settled.iter().position(Option::is_none) else {
-            tracing::warn!(error = %error, "a released fact's commit failed; its last event is redelivered");
-            if let Some(last) = self.settled.last_mut() {
-                *last = Some(MessageResult::Retry {
+            tracing::warn!(error = %error, "a released fact's commit failed; an event of the account is redelivered");
+            let quarantined = |r: &Option<MessageResult>| {
+                matches!(
+                    r,
+                    Some(MessageResult::Collision | MessageResult::Quarantined { .. })
+                )
+            };
+            let carrier = self
+                .settled
+                .iter()
+                .rposition(|r| !quarantined(r))
+                .or(self.settled.len().checked_sub(1));
+            if let Some(carrier) = carrier {
+                self.settled[carrier] = Some(MessageResult::Retry {
                     reason: format!("a parked fact this batch released is not committed ({error})"),
                 });
             }

@@ -3,7 +3,7 @@
 //! the run decides what comes next and what a failure leaves undone; this loop only performs.
 
 use servicing_domain::{AccountId, SourceRef};
-use servicing_store::{CommitOutcome, StoreError};
+use servicing_store::StoreError;
 
 use crate::AccountStateHandler;
 use crate::account::{AccountRun, Failure, Step};
@@ -120,14 +120,12 @@ impl AccountStateHandler {
             )
             .await;
         drop(units);
-        if let Ok(outcomes) = &answer {
-            trail.answered(&group, outcomes);
+        if let Ok(commit) = &answer {
+            trail.answered(&group, &commit.outcomes);
         }
         match answer {
-            Ok(outcomes) if outcomes.iter().all(|o| *o == CommitOutcome::Committed) => {
-                run.committed(group);
-            }
-            Ok(outcomes) => match run.refused(&group, outcomes, self.config.max_commit_attempts) {
+            Ok(commit) if commit.all_committed() => run.committed(group),
+            Ok(commit) => match run.refused(&group, commit, self.config.max_commit_attempts) {
                 Ok(refused) => {
                     for (index, stored) in refused.collisions {
                         let result = self.collision(&pending[index], &stored).await;

@@ -105,6 +105,22 @@ pub enum CommitOutcome {
     Withdrawn,
 }
 
+/// DynamoDB's answer to a commit: one outcome per unit and whether the loan item's own
+/// condition failed. A refused claim settles its fact whatever else failed, but with
+/// `loan_moved` the state the group was judged on is stale even when every claim was refused
+/// (no unit then carries `VersionConflict`): it must be read again, never kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub outcomes: Vec<CommitOutcome>,
+    pub loan_moved: bool,
+}
+
+impl Commit {
+    pub fn all_committed(&self) -> bool {
+        self.outcomes.iter().all(|o| *o == CommitOutcome::Committed)
+    }
+}
+
 /// The write items of a transaction and what each stands for (to read its cancellation reason).
 #[derive(Debug)]
 pub struct Transaction {
@@ -154,7 +170,7 @@ impl ServicingStore {
         units: &[UnitOfWork<'_>],
         loan: Option<LoanWrite<'_>>,
     ) -> Result<Vec<CommitOutcome>, StoreError> {
-        self.commit_all_before(units, loan, None).await
+        Ok(self.commit_all_before(units, loan, None).await?.outcomes)
     }
 
     /// [`Self::commit_all`], answered [`StoreError::NotSent`] if its transaction would leave
@@ -165,18 +181,23 @@ impl ServicingStore {
         units: &[UnitOfWork<'_>],
         loan: Option<LoanWrite<'_>>,
         last_start: Option<std::time::SystemTime>,
-    ) -> Result<Vec<CommitOutcome>, StoreError> {
+    ) -> Result<Commit, StoreError> {
         let (now, now_millis) = now_epoch();
         let transaction = self.transaction_items(units, loan, now, now_millis)?;
         let answers = units.len().max(1);
-        let outcomes = match self.combiner.send(transaction.items, last_start).await? {
-            crate::combine::Answer::Committed => vec![CommitOutcome::Committed; answers],
-            crate::combine::Answer::Withdrawn => vec![CommitOutcome::Withdrawn; answers],
-            crate::combine::Answer::Cancelled(reasons) => {
-                map_cancellation(&reasons, &transaction.roles, units)?
-            }
+        let uniform = |outcome: CommitOutcome| Commit {
+            outcomes: vec![outcome; answers],
+            loan_moved: false,
         };
-        Ok(outcomes)
+        Ok(
+            match self.combiner.send(transaction.items, last_start).await? {
+                crate::combine::Answer::Committed => uniform(CommitOutcome::Committed),
+                crate::combine::Answer::Withdrawn => uniform(CommitOutcome::Withdrawn),
+                crate::combine::Answer::Cancelled(reasons) => {
+                    map_cancellation(&reasons, &transaction.roles, units)?
+                }
+            },
+        )
     }
 }
 

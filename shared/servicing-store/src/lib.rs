@@ -37,7 +37,7 @@ use aws_sdk_dynamodb::Client;
 
 pub use actions::{ActionIntent, ActionRecord, ActionStatus};
 pub use combine::{MAX_TRANSACTION_ITEMS, Participant};
-pub use commit::{CommitOutcome, Effect, LoanWrite, Transaction, UnitOfWork};
+pub use commit::{Commit, CommitOutcome, Effect, LoanWrite, Transaction, UnitOfWork};
 pub use errors::{StoreError, classify};
 pub use idempotency::{CommandOutcome, StoredResponse};
 pub use loans::{LoanItem, Snapshot, Target};

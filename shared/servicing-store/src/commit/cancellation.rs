@@ -5,7 +5,7 @@
 use aws_sdk_dynamodb::types::CancellationReason;
 use servicing_domain::Fingerprint;
 
-use super::{CommitOutcome, Role, UnitOfWork};
+use super::{Commit, CommitOutcome, Role, UnitOfWork};
 use crate::StoreError;
 use crate::errors::{is_throttling, refuses_the_request};
 use crate::items;
@@ -37,12 +37,14 @@ pub(crate) fn refused_claim(
 /// failed for: the loan moved (`VersionConflict`), an allocation or action item was not as
 /// judged (`BusinessConditionFailed`), a concurrent transaction (`Contended`), or only refused
 /// claims (`Withdrawn`). DynamoDB reports a reason per item (both local engines too), so every
-/// duplicate in the transaction is known from this one answer.
+/// duplicate in the transaction is known from this one answer. The loan's own failed condition
+/// is returned beside the outcomes: when every unit was refused it shows in none of them, yet
+/// the state the group was judged on is stale.
 pub(super) fn map_cancellation(
     reasons: &[CancellationReason],
     roles: &[Role],
     units: &[UnitOfWork<'_>],
-) -> Result<Vec<CommitOutcome>, StoreError> {
+) -> Result<Commit, StoreError> {
     let mut refused: Vec<Option<CommitOutcome>> = vec![None; units.len()];
     let mut condition_failed = vec![false; units.len()];
     let (mut loan_moved, mut contended, mut throttled) = (false, false, false);
@@ -98,11 +100,15 @@ pub(super) fn map_cancellation(
             StoreError::Transient(format!("transaction cancelled: {codes:?}"))
         });
     };
-    if units.is_empty() {
-        return Ok(vec![others]);
-    }
-    Ok(refused
-        .into_iter()
-        .map(|outcome| outcome.unwrap_or_else(|| others.clone()))
-        .collect())
+    let outcomes = match units.is_empty() {
+        true => vec![others],
+        false => refused
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or_else(|| others.clone()))
+            .collect(),
+    };
+    Ok(Commit {
+        outcomes,
+        loan_moved,
+    })
 }
