@@ -12,17 +12,19 @@ echo "--- sam validate --lint"
 .local/venv-tools/bin/sam validate --lint --template-file template.yaml
 echo "--- cfn-lint + policy rules (infra/policy)"
 .local/venv-tools/bin/cfn-lint template.yaml --append-rules infra/policy
-# The rules must be able to fail: each one fires on the template as issue #15 found it.
+# The rules must be able to fail: each one fires on the template as issue #15 found it, or on
+# a later issue's fixture that names it (checked below).
 echo "--- policy rules on infra/policy/fixtures/template-as-filed.yaml (each must fire)"
 fired=$(.local/venv-tools/bin/cfn-lint infra/policy/fixtures/template-as-filed.yaml \
   --append-rules infra/policy --format parseable 2>/dev/null | grep -o ':E91[0-9][0-9]:' | sort -u | tr -d ':' || true)
+named=$(sed -s -n '1s/^# policy rules that must fire://p' infra/policy/fixtures/*.yaml | tr ' ' '\n' | grep -o 'E91[0-9][0-9]' | sort -u || true)
 missing=$(comm -23 <(grep -o 'id = "E91[0-9][0-9]"' infra/policy/servicing_rules.py | grep -o 'E91[0-9]*' | sort -u) \
-  <(echo "$fired"))
+  <(printf '%s\n%s\n' "$fired" "$named" | sort -u))
 if [[ -n $missing ]]; then
-  echo "policy rules that did not fire on the fixture: $missing" >&2
+  echo "policy rules that fire on no fixture: $missing" >&2
   exit 1
 fi
-echo "all $(echo "$fired" | wc -l) rules fired on the fixture"
+echo "$(echo "$fired" | wc -l) rules fired on the fixture, the others on their issue's fixture"
 # Later issues' fixtures (a template cut down to what the issue found) name, on their first
 # line, the rules that must fire on them: `# policy rules that must fire: E9113 ...`.
 for fixture in infra/policy/fixtures/*.yaml; do

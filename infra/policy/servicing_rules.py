@@ -16,6 +16,9 @@ quarantines, the reconciler's findings) and the evidence kept for the audit hori
 consumer's decision records, archived write-once and queryable). A resource behind a
 condition counts only when the condition holds with the default parameters.
 
+E9131 (issue #30): an SQS consumer's timeout is one AWS allows and fits a request beside the
+answer reserve account-state derives from it.
+
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
 whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
 for every consumer the template has, Lambda's REPORT lines kept (system logs at INFO), and every
@@ -1547,4 +1550,48 @@ class AlarmsLinkTheirRunbook(ServicingRule):
                 out.append(self.problem(path, f"{name}'s AlarmDescription does not end with (runbook: docs/runbook.md#{anchor})"))
             elif anchors is not None and anchor not in anchors:
                 out.append(self.problem(path, f"docs/runbook.md has no #{anchor} (a heading `{name}` or <a id=\"{anchor}\">)"))
+        return out
+
+
+def deadline_constant(name):
+    """A `Duration` constant of account-state's deadline (functions/account-state/src/deadline.rs),
+    in seconds: the rule and the code read one definition."""
+    source = (ROOT / "functions/account-state/src/deadline.rs").read_text()
+    found = re.search(rf"const {name}: Duration = Duration::from_(secs|millis)\((\d+)\)", source)
+    if found is None:
+        raise ValueError(f"deadline.rs no longer defines {name} as a Duration literal")
+    unit, value = found.groups()
+    return int(value) / (1000 if unit == "millis" else 1)
+
+
+class TimeoutFitsTheDeadline(ServicingRule):
+    id = "E9131"
+    shortdesc = "An SQS consumer's timeout is one AWS allows and fits a request beside its answer reserve"
+    description = (
+        "Issue #30: with a fixed 12 s reserve a function of AWS's default 3 s timeout started no "
+        "request and retried every message into its dead-letter queue. account-state derives its "
+        "reserve from the invocation (deadline.rs: a tenth, within ANSWER_FLOOR and 2 s) and must "
+        "still start one request of SHORTEST_REQUEST; the emulators run any timeout, AWS only "
+        "1-900 s. Read with E9105 (the queue hides a message for 6 x the timeout + the window)."
+    )
+
+    def match(self, cfn):
+        out = []
+        floor = deadline_constant("ANSWER_FLOOR")
+        ceiling = deadline_constant("ANSWER_CEILING")
+        shortest = deadline_constant("SHORTEST_REQUEST")
+        for name, fn in functions(cfn):
+            if not any(True for _ in events_of(fn, "SQS")):
+                continue
+            path = ["Resources", name, "Properties", "Timeout"]
+            timeout = number(cfn, props(fn).get("Timeout", 3))
+            if timeout is None or not 1 <= timeout <= 900 or timeout != int(timeout):
+                out.append(self.problem(path, f"{name}'s Timeout must be a whole number of seconds in 1..900 (AWS refuses others)"))
+                continue
+            reserve = min(max(timeout / 10, floor), ceiling)
+            if timeout - reserve < shortest:
+                out.append(self.problem(path, (
+                    f"{name}'s {timeout:g} s leaves {timeout - reserve:.3f} s after its {reserve:.3f} s "
+                    f"answer reserve, less than one {shortest:g} s request"
+                )))
         return out

@@ -18,7 +18,9 @@ use servicing_domain::Ledger;
 on_both_engines!(
     when_the_deadline_is_near_before_any_request_should_send_none_and_retry_the_batch,
     when_any_request_is_slow_past_the_deadline_should_start_none_after_it,
-    when_the_deadline_falls_anywhere_in_a_run_should_still_reach_the_ledger_state
+    when_the_deadline_falls_anywhere_in_a_run_should_still_reach_the_ledger_state,
+    when_the_function_has_any_timeout_users_configure_should_apply_every_fact,
+    when_a_request_hangs_in_a_three_second_invocation_should_answer_before_its_deadline,
 );
 
 /// Generated streams per engine.
@@ -78,6 +80,128 @@ async fn when_the_deadline_is_near_before_any_request_should_send_none_and_retry
     servicing
         .assert_accounts_match(&ledger, &accounts, &context)
         .await;
+}
+
+/// Function timeouts users configure: AWS's and SAM's default (3 s) up to Lambda's maximum.
+const TIMEOUTS_SECONDS: [u64; 5] = [3, 6, 15, 30, 900];
+/// The template's `MaxReceiveCount` default: the delivery after it goes to the dead-letter queue.
+const MAX_RECEIVE_COUNT: u32 = 8;
+
+/// The deadline Lambda's context carries for an invocation of a function with this timeout
+/// that starts now.
+fn invocation(timeout: Duration) -> Deadline {
+    let at = SystemTime::now() + timeout;
+    let millis = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis();
+    Deadline::of_invocation(u64::try_from(millis).expect("millis")).expect("the timeout fits")
+}
+
+/// Issue 30: with a fixed 12 s reserve, a function with a timeout of 12 s or less started no
+/// request and retried every message into the dead-letter queue. The same generated streams
+/// at every timeout of the matrix, each batch an invocation of that timeout: every fact
+/// applied, nothing dead-lettered.
+async fn when_the_function_has_any_timeout_users_configure_should_apply_every_fact(engine: Engine) {
+    let mut batches = 0u64;
+    for seconds in TIMEOUTS_SECONDS {
+        let timeout = Duration::from_secs(seconds);
+        for seed in 0..3 {
+            let (accounts, bodies, ledger) = case(seed + 40, &format!("t{seconds}"));
+            let servicing = &Servicing::with_stream(engine, false).await;
+            let handler = servicing.handler();
+            let mut queue = queue_of(&bodies);
+            let mut rng = Rng(seed + seconds);
+            let mut dead_lettered = Vec::new();
+            while !queue.is_empty() {
+                batches += 1;
+                let size = (1 + rng.below(10)).min(queue.len());
+                let batch: Vec<_> = queue.drain(..size).collect();
+                let messages: Vec<_> = batch
+                    .iter()
+                    .map(|(id, body, n)| sqs_message(id, body, *n))
+                    .collect();
+                let report = handler.process_until(&messages, invocation(timeout)).await;
+                let retried: HashSet<&str> = report
+                    .results
+                    .iter()
+                    .filter(|(_, r)| matches!(r, MessageResult::Retry { .. }))
+                    .map(|(id, _)| id.as_str())
+                    .collect();
+                for (id, body, n) in batch.into_iter().rev() {
+                    if retried.contains(id.as_str()) {
+                        match n < MAX_RECEIVE_COUNT {
+                            true => queue.push_front((id, body, n + 1)),
+                            false => dead_lettered.push(id),
+                        }
+                    }
+                }
+            }
+            assert!(
+                dead_lettered.is_empty(),
+                "{engine:?}, timeout {seconds} s, stream {seed}: dead-lettered {dead_lettered:?}"
+            );
+            let context = format!("{engine:?}, timeout {seconds} s, stream {seed}");
+            servicing
+                .assert_accounts_match(&ledger, &accounts, &context)
+                .await;
+            servicing.drop_table().await;
+        }
+    }
+    record_figure(&format!(
+        "timeout matrix {engine:?}: timeouts {TIMEOUTS_SECONDS:?} s x 3 streams, {batches} batches, every fact applied, none dead-lettered"
+    ));
+}
+
+/// A request that hangs (here: 10 s, the SDK's whole operation timeout) in an invocation of a
+/// 3 s function is cut when the answer is due: the batch answers before Lambda's deadline,
+/// with a retry for what is left, and its redelivery reaches the ledger's state.
+async fn when_a_request_hangs_in_a_three_second_invocation_should_answer_before_its_deadline(
+    engine: Engine,
+) {
+    let timeout = Duration::from_secs(3);
+    for hung in [0u64, 1, 3] {
+        let (accounts, bodies, ledger) = case(500 + hung, "hang");
+        let faults = FaultPlan::default();
+        faults.at_request(hung, Fault::Slow(aws_setup::OPERATION_TIMEOUT));
+        let servicing = &Servicing::with_stream(engine, false).await;
+        let handler = servicing.faulty_handler(servicing.config(), &faults);
+        let started = Instant::now();
+        let report = handler
+            .process_until(&messages(&bodies), invocation(timeout))
+            .await;
+        let took = started.elapsed();
+        assert!(
+            took < timeout,
+            "{engine:?}, request {hung} hung: answered after {took:?}, past the 3 s deadline"
+        );
+        let mut queue: VecDeque<(String, String, u32)> = report
+            .results
+            .iter()
+            .filter(|(_, r)| matches!(r, MessageResult::Retry { .. }))
+            .map(|(id, _)| {
+                let i: usize = id[1..].parse().expect("m<i>");
+                (id.clone(), bodies[i].clone(), 2)
+            })
+            .collect();
+        assert!(
+            !queue.is_empty(),
+            "{engine:?}: the hung request left work undone"
+        );
+        deliver(
+            servicing,
+            &handler,
+            &mut queue,
+            &mut Rng(hung),
+            Duration::ZERO,
+        )
+        .await;
+        let context = format!("{engine:?}, request {hung} hung in a 3 s invocation");
+        servicing
+            .assert_accounts_match(&ledger, &accounts, &context)
+            .await;
+        servicing.drop_table().await;
+    }
 }
 
 /// The deadline of the slow-request sweep, after the batch starts: far beyond what its requests

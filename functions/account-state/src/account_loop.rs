@@ -38,27 +38,30 @@ impl AccountStateHandler {
                 // As if this request had failed transiently: the rest comes back, in order.
                 tracing::warn!(alert = "deadline", "the invocation's deadline is near");
                 let near = StoreError::NotSent(DEADLINE_NEAR.to_owned());
-                self.fail(&mut run, &mut trail, near).await;
+                self.fail(&mut run, &mut trail, near, deadline).await;
                 continue;
             }
             match step {
                 Step::Done => break,
                 Step::Read(payments) => {
                     let payments: Vec<&SourceRef> = payments.iter().collect();
-                    match self.store.load(account, &payments).await {
+                    match deadline.bound(self.store.load(account, &payments)).await {
                         Ok(snapshot) => run.read(snapshot),
-                        Err(e) => self.fail(&mut run, &mut trail, e).await,
+                        Err(e) => self.fail(&mut run, &mut trail, e, deadline).await,
                     }
                 }
                 Step::ReadTargets(missing) => {
                     let wanted: Vec<&SourceRef> = missing.iter().collect();
                     let read = match run.snapshot_mut() {
-                        Some(snapshot) => self.store.load_targets(account, &wanted, snapshot).await,
+                        Some(snapshot) => {
+                            let read = self.store.load_targets(account, &wanted, snapshot);
+                            deadline.bound(read).await
+                        }
                         None => Ok(()),
                     };
                     match read {
                         Ok(()) => run.targets_read(missing),
-                        Err(e) => self.fail(&mut run, &mut trail, e).await,
+                        Err(e) => self.fail(&mut run, &mut trail, e, deadline).await,
                     }
                 }
                 Step::Known(known) => {
@@ -67,7 +70,9 @@ impl AccountStateHandler {
                     for (index, collision) in known {
                         let result = match collision {
                             None => MessageResult::Duplicate,
-                            Some(stored) => self.collision(&pending[index], &stored).await,
+                            Some(stored) => {
+                                self.collision(&pending[index], &stored, deadline).await
+                            }
                         };
                         run.settle(index, result);
                     }
@@ -111,14 +116,12 @@ impl AccountStateHandler {
         let units = group.units(pending);
         // Group commit may hold the transaction while other accounts read: it leaves only
         // before the deadline, or not at all.
-        let answer = self
-            .store
-            .commit_all_before(
-                &units,
-                Some(group.loan_write(account)),
-                deadline.last_start(),
-            )
-            .await;
+        let commit = self.store.commit_all_before(
+            &units,
+            Some(group.loan_write(account)),
+            deadline.last_start(),
+        );
+        let answer = deadline.bound(commit).await;
         drop(units);
         if let Ok(commit) = &answer {
             trail.answered(&group, &commit.outcomes);
@@ -128,7 +131,7 @@ impl AccountStateHandler {
             Ok(commit) => match run.refused(&group, commit, self.config.max_commit_attempts) {
                 Ok(refused) => {
                     for (index, stored) in refused.collisions {
-                        let result = self.collision(&pending[index], &stored).await;
+                        let result = self.collision(&pending[index], &stored, deadline).await;
                         run.settle(index, result);
                     }
                     if let Some(rounds) = refused.reread_after {
@@ -136,7 +139,7 @@ impl AccountStateHandler {
                         tokio::time::sleep(wait).await;
                     }
                 }
-                Err(e) => self.fail(run, trail, e).await,
+                Err(e) => self.fail(run, trail, e, deadline).await,
             },
             // Nothing was written: the same facts again, one per transaction.
             Err(StoreError::Rejected(_)) if group.members.len() > 1 => run.split(),
@@ -148,7 +151,7 @@ impl AccountStateHandler {
                 let reason = format!("DynamoDB refused the request: {reason}");
                 let outcome = match (group.sole_released(), loan) {
                     (Some(released), Some(loan)) => {
-                        self.quarantine_released(&loan, &released.fact, reason.clone())
+                        self.quarantine_released(&loan, &released.fact, reason.clone(), deadline)
                             .await
                     }
                     _ => Ok(false),
@@ -161,31 +164,37 @@ impl AccountStateHandler {
                     }
                     Ok(false) => {
                         if let Err(e) = run.lost_round(self.config.max_commit_attempts, lost) {
-                            self.fail(run, trail, e).await;
+                            self.fail(run, trail, e, deadline).await;
                         }
                     }
                     // Refused again: retried (and dead-lettered), never blamed on a neighbour.
                     Err(StoreError::Rejected(why)) => {
                         let e = StoreError::Transient(format!("{lost}: {why}"));
-                        self.fail(run, trail, e).await;
+                        self.fail(run, trail, e, deadline).await;
                     }
-                    Err(e) => self.fail(run, trail, e).await,
+                    Err(e) => self.fail(run, trail, e, deadline).await,
                 }
             }
             // The commit may or may not have happened (e.g. a lost response).
-            Err(e) => self.fail(run, trail, e).await,
+            Err(e) => self.fail(run, trail, e, deadline).await,
         }
     }
 
     /// A store failure: the run decides what it leaves undone; a request DynamoDB refused as
     /// such quarantines its event (it will never succeed). Corrupt stored data needs an
     /// operator: retried (the DLQ catches it) rather than guessed.
-    async fn fail(&self, run: &mut AccountRun<'_, '_>, trail: &mut Trail<'_, '_>, e: StoreError) {
+    async fn fail(
+        &self,
+        run: &mut AccountRun<'_, '_>,
+        trail: &mut Trail<'_, '_>,
+        e: StoreError,
+        deadline: Deadline,
+    ) {
         if let Failure::Quarantine(index, reason) = run.fail(e) {
             tracing::error!(error = %reason, "DynamoDB refused the request");
             let reason = format!("DynamoDB refused the request: {reason}");
             let entry = run.pending()[index].quarantine_entry(STORE_REJECTED, &reason);
-            let result = self.quarantine(&entry).await;
+            let result = self.quarantine(&entry, deadline).await;
             trail.store_rejected(index, reason);
             run.quarantined(index, result);
         }

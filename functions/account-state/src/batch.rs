@@ -92,7 +92,7 @@ impl AccountStateHandler {
                             fingerprint,
                         };
                         let entry = pending.quarantine_entry(EVENT_TIME_IN_FUTURE, &reason);
-                        let result = self.quarantine(&entry).await;
+                        let result = self.quarantine(&entry, deadline).await;
                         let by = DecidedBy::BusinessRule;
                         let record = pending.decision(consumer, by, &result, Some(reason));
                         report.decisions.push(record);
@@ -113,7 +113,7 @@ impl AccountStateHandler {
                 }
                 Err(error) => {
                     let result = self
-                        .quarantine_undecodable(message_id, body, receive_count, &error)
+                        .quarantine_undecodable(message_id, body, receive_count, &error, deadline)
                         .await;
                     let record = decisions::undecodable(consumer, message, &result, &error);
                     report.decisions.push(record);

@@ -31,7 +31,9 @@ use servicing_store::ServicingStore;
 
 pub use cache::StateCache;
 pub use config::{Config, ConfigError};
-pub use deadline::{DEADLINE_RESERVE, Deadline};
+pub use deadline::{
+    ANSWER_FLOOR, Deadline, SHORTEST_INVOCATION, SHORTEST_REQUEST, TooShort, answer_reserve,
+};
 pub use decisions::emit_decisions;
 pub use metrics::BatchCounts;
 pub use report::{BatchReport, MessageResult};

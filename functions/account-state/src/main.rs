@@ -28,7 +28,11 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let request_id = Some(event.context.request_id.as_str());
         let trace = event.context.xray_trace_id.clone();
-        let deadline = Deadline::of_invocation(event.context.deadline);
+        // A timeout that cannot fit one request fails the invocation, naming the setting,
+        // rather than answering every message as a retry into the dead-letter queue.
+        let deadline = Deadline::of_invocation(event.context.deadline).inspect_err(|e| {
+            tracing::error!(alert = "timeout_too_short", error = %e, "misconfigured");
+        })?;
         let work = handler.handle_invocation(event.payload, request_id, deadline);
         Ok::<_, Error>(servicing_telemetry::with_trace(trace, work).await)
     }))

@@ -7,6 +7,7 @@ use servicing_store::{QuarantineEntry, StoreError};
 
 use crate::AccountStateHandler;
 use crate::batch::Pending;
+use crate::deadline::Deadline;
 use crate::report::MessageResult;
 
 /// The quarantine code of a fact whose request DynamoDB refused as such.
@@ -21,6 +22,7 @@ impl AccountStateHandler {
         loan: &servicing_store::LoanItem,
         fact: &servicing_domain::ParkedFact,
         reason: String,
+        deadline: Deadline,
     ) -> Result<bool, StoreError> {
         tracing::error!(source = %fact.source, "DynamoDB refused a released fact; quarantined");
         let expired = servicing_store::ExpiredFact {
@@ -28,14 +30,19 @@ impl AccountStateHandler {
             code: STORE_REJECTED,
             reason,
         };
-        let outcome = self
+        let expire = self
             .store
-            .expire_parked(loan, std::slice::from_ref(&expired))
-            .await?;
+            .expire_parked(loan, std::slice::from_ref(&expired));
+        let outcome = deadline.bound(expire).await?;
         Ok(outcome == servicing_store::ExpiryOutcome::Expired)
     }
 
-    pub(crate) async fn collision(&self, p: &Pending<'_>, stored: &Fingerprint) -> MessageResult {
+    pub(crate) async fn collision(
+        &self,
+        p: &Pending<'_>,
+        stored: &Fingerprint,
+        deadline: Deadline,
+    ) -> MessageResult {
         tracing::error!(
             alert = "collision",
             stored = %stored,
@@ -50,7 +57,7 @@ impl AccountStateHandler {
             stored_fingerprint: Some(stored),
             ..p.quarantine_entry("collision", &reason)
         };
-        match self.quarantine(&entry).await {
+        match self.quarantine(&entry, deadline).await {
             MessageResult::Quarantined { .. } => MessageResult::Collision,
             other => other,
         }
@@ -62,17 +69,22 @@ impl AccountStateHandler {
         body: &str,
         receive_count: u32,
         error: &DecodeError,
+        deadline: Deadline,
     ) -> MessageResult {
         let reason = error.to_string();
         let entry = QuarantineEntry {
             receive_count: Some(receive_count),
             ..QuarantineEntry::new(message_id, body, error.code(), &reason)
         };
-        self.quarantine(&entry).await
+        self.quarantine(&entry, deadline).await
     }
 
-    pub(crate) async fn quarantine(&self, entry: &QuarantineEntry<'_>) -> MessageResult {
-        match self.store.quarantine(entry).await {
+    pub(crate) async fn quarantine(
+        &self,
+        entry: &QuarantineEntry<'_>,
+        deadline: Deadline,
+    ) -> MessageResult {
+        match deadline.bound(self.store.quarantine(entry)).await {
             Ok(()) => {
                 tracing::warn!(code = entry.code, reason = entry.reason, "quarantined");
                 MessageResult::Quarantined {
