@@ -6,7 +6,10 @@ use serde_json::{Value, json};
 
 use crate::account::{Bucket, LoanAccount, StoredAllocation};
 
-/// `delinquency_changes`: the `detail` of each `DelinquencyChanged` event, in order.
+/// `delinquency_changes`: the `detail` of each `DelinquencyChanged` event. They are listed in
+/// business-time order (their trigger's `occurredAt`, then `eventId`), whatever order they were
+/// applied in: a late fact (a payment of September applied after October's close) is listed
+/// where it happened, so the ledger and the store report the same list.
 pub fn account_report<'a>(
     account: &LoanAccount,
     allocations: impl IntoIterator<Item = &'a StoredAllocation>,
@@ -23,6 +26,11 @@ pub fn account_report<'a>(
             )
         })
         .collect();
+    let mut delinquency_changes: Vec<&Value> = delinquency_changes.iter().collect();
+    delinquency_changes.sort_by(|a, b| {
+        (a["occurredAt"].as_str(), a["eventId"].as_str())
+            .cmp(&(b["occurredAt"].as_str(), b["eventId"].as_str()))
+    });
     let notifications = delinquency_changes
         .iter()
         .filter(|d| {

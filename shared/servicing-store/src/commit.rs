@@ -32,6 +32,10 @@ pub enum Effect<'a> {
     /// A downstream consumer's claim, with the intent of an external action when the event
     /// calls for one (the loan is not involved: no version check).
     Intent(Option<&'a ActionIntent>),
+    /// Already applied, by the state's own account (a reversal its payment says reversed it):
+    /// nothing is written, but a live claim under the fact's identity must hold this payload —
+    /// a check whose refusal (`ALL_OLD`) is a collision, never a duplicate by identity alone.
+    Confirm,
 }
 
 impl Effect<'_> {
@@ -46,7 +50,7 @@ impl Effect<'_> {
             )),
             Effect::Intent(intent) => usize::from(intent.is_some()),
             Effect::Reject(_) => 1,
-            Effect::Stale | Effect::Park => 0,
+            Effect::Stale | Effect::Park | Effect::Confirm => 0,
         }
     }
 }

@@ -143,7 +143,7 @@ impl Group {
 
 impl Member {
     /// What this fact commits next to its claim; `None` when it has nothing to commit: an
-    /// already applied fact, or a parked fact parked again (its claim already says so: only
+    /// already applied released fact, or a parked fact parked again (its claim already says so: only
     /// the loan item changes).
     pub(super) fn effect<'a>(&'a self, pending: &'a [Pending<'a>]) -> Option<Effect<'a>> {
         let released = matches!(self.subject, Subject::Released(_));
@@ -155,7 +155,9 @@ impl Member {
             }
             Judged::Park(_) if released => return None,
             Judged::Park(_) => Effect::Park,
-            Judged::Duplicate => return None,
+            // A released fact's own PARKED claim holds its payload: nothing to confirm.
+            Judged::Duplicate if released => return None,
+            Judged::Duplicate => Effect::Confirm,
         })
     }
 

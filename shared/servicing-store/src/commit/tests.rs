@@ -53,6 +53,7 @@ fn when_units_are_built_should_add_exactly_the_items_their_effects_announce() {
         Effect::Reject(entry),
         Effect::Intent(Some(&intent)),
         Effect::Intent(None),
+        Effect::Confirm,
     ];
     let store = store();
     for effect in effects {

@@ -61,12 +61,17 @@ impl ServicingStore {
         }
         let expires_at = now + self.config.claim_retention.as_secs() as i64;
         for (i, unit) in units.iter().enumerate() {
+            if let Effect::Confirm = unit.effect {
+                transaction.push(Role::Claim(i), self.claim_confirmation(unit, now)?);
+                continue;
+            }
             let (verdict, applied) = match unit.effect {
                 Effect::Apply(applied) => (Verdict::Applied, Some(applied)),
                 Effect::Intent(_) => (Verdict::Applied, None),
                 Effect::Stale => (Verdict::Stale, None),
                 Effect::Reject(_) => (Verdict::Rejected, None),
                 Effect::Park => (Verdict::Parked, None),
+                Effect::Confirm => unreachable!("checked above"),
             };
             // An applied payment is remembered for as long as its allocation: for good.
             let is_payment =
@@ -109,7 +114,7 @@ impl ServicingStore {
                     let item = self.quarantine_item(entry, now_millis)?;
                     transaction.push(Role::Plain, self.put(item, None)?);
                 }
-                Effect::Intent(None) | Effect::Stale | Effect::Park => {}
+                Effect::Intent(None) | Effect::Stale | Effect::Park | Effect::Confirm => {}
             }
         }
         Ok(transaction)
@@ -160,6 +165,31 @@ impl ServicingStore {
         Ok(TransactWriteItem::builder()
             .put(put.build().map_err(invalid_request)?)
             .build())
+    }
+
+    /// The check of an already applied fact's claim: none live, or one with its fingerprint;
+    /// a live one with another payload is returned on refusal (`ALL_OLD`): a collision.
+    fn claim_confirmation(
+        &self,
+        unit: &UnitOfWork<'_>,
+        now: i64,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let check = ConditionCheck::builder()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::claim_key(
+                &self.config.consumer,
+                unit.source,
+            ))))
+            .condition_expression(
+                "attribute_not_exists(pk) OR expiresAt < :now OR #fingerprint = :fingerprint",
+            )
+            .expression_attribute_names("#fingerprint", items::FINGERPRINT)
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":fingerprint", s(unit.fingerprint.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(invalid_request)?;
+        Ok(TransactWriteItem::builder().condition_check(check).build())
     }
 
     /// A put of a fact's claim: only where none
