@@ -87,6 +87,7 @@ fn per_event(c: &mut Criterion) {
                 let write = LoanWrite::Put {
                     item: &item,
                     expected: Some(2),
+                    apart_before: &[],
                 };
                 store
                     .transaction_items(
@@ -124,6 +125,7 @@ fn per_event(c: &mut Criterion) {
                 let write = LoanWrite::Put {
                     item: &item,
                     expected: Some(2),
+                    apart_before: &[],
                 };
                 store
                     .transaction_items(std::slice::from_ref(&unit), Some(write), NOW, NOW * 1000)

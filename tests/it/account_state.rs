@@ -1198,6 +1198,7 @@ async fn when_the_commit_request_times_out_should_be_transient_not_refused() {
     let write = LoanWrite::Put {
         item: &loan,
         expected: None,
+        apart_before: &[],
     };
     let outcome = store
         .commit_all(std::slice::from_ref(&unit), Some(write))

@@ -21,7 +21,179 @@ on_both_engines!(
     when_a_fact_stays_parked_past_the_retention_should_be_quarantined_and_resendable,
     when_the_response_is_lost_after_parking_or_releasing_should_apply_each_fact_once,
     when_a_payment_is_redelivered_after_its_claim_expired_should_be_a_duplicate,
+    when_an_account_holds_parked_facts_past_its_budget_should_still_apply_its_other_facts,
+    when_an_account_holds_its_bound_of_parked_facts_should_quarantine_only_the_next_one,
 );
+
+/// Delivers `bodies` to `handler` in batches of ten and to `ledger` in the same order; every
+/// verdict must be the ledger's.
+async fn deliver_checked(
+    handler: &AccountStateHandler,
+    ledger: &mut servicing_domain::Ledger,
+    bodies: &[Value],
+    tag: &str,
+) -> Vec<MessageResult> {
+    let mut all = Vec::new();
+    for (n, chunk) in bodies.chunks(10).enumerate() {
+        let messages: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, b)| sqs_message(&format!("{tag}{n}-{i}"), &b.to_string(), 1))
+            .collect();
+        let report = handler.process(&messages).await;
+        for ((_, got), body) in report.results.into_iter().zip(chunk) {
+            let want = ledger.ingest(body.to_string().as_bytes());
+            let want = match want {
+                servicing_domain::Disposition::Applied => MessageResult::Applied,
+                servicing_domain::Disposition::Parked(_) => MessageResult::Parked,
+                servicing_domain::Disposition::Quarantined { reason } => {
+                    MessageResult::Quarantined {
+                        code: reason.split(':').next().unwrap_or_default().to_owned(),
+                    }
+                }
+                other => panic!("unexpected in this stream: {other:?}"),
+            };
+            assert_eq!(got, want, "{tag}: {body}");
+            all.push(got);
+        }
+    }
+    all
+}
+
+/// The approximate stored size of an item (names and values as JSON).
+fn approx_bytes(
+    item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+) -> usize {
+    item.iter()
+        .map(|(k, v)| k.len() + format!("{v:?}").len())
+        .sum()
+}
+
+/// Issue 30: thirty-five reversals with valid ~11 KB bodies (an unknown field is tolerated)
+/// parked on payments that had not arrived pushed the loan item towards DynamoDB's 400 KB, and
+/// 22 of the account's next 25 payments were refused and quarantined `store_rejected`. Parked
+/// bodies beyond the account's budget live in items of their own: every ordinary fact applies,
+/// the loan item stays small, the reversals apply when their payments come (their bodies read
+/// back), and no body item is left behind.
+async fn when_an_account_holds_parked_facts_past_its_budget_should_still_apply_its_other_facts(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let mut ledger = servicing_domain::Ledger::new();
+    let a = "acc_noisy";
+    let padding = "x".repeat(11_000);
+    let reversals: Vec<Value> = (0..35)
+        .map(|n| {
+            let mut r = reverse(a, &format!("rev-{n}"), &format!("pay-{n}"), 5, 100);
+            r["producerNote"] = json!(padding);
+            r
+        })
+        .collect();
+    let ordinary: Vec<Value> = (0..25)
+        .map(|n| pay(a, &format!("ord-{n}"), 6, 10 + n))
+        .collect();
+    let awaited: Vec<Value> = (0..35)
+        .map(|n| pay(a, &format!("pay-{n}"), 4, 100))
+        .collect();
+
+    deliver_checked(&handler, &mut ledger, &[open(a)], "o").await;
+    let parked = deliver_checked(&handler, &mut ledger, &reversals, "r").await;
+    assert!(
+        parked.iter().all(|r| *r == MessageResult::Parked),
+        "{parked:?}"
+    );
+    let loans = servicing.items_of_type("LOAN").await;
+    let loan_bytes = loans.iter().map(approx_bytes).max().unwrap_or_default();
+    assert!(
+        loan_bytes < 32_000,
+        "{engine:?}: the loan item holds {loan_bytes} bytes with 35 large facts parked"
+    );
+    let applied = deliver_checked(&handler, &mut ledger, &ordinary, "p").await;
+    assert!(
+        applied.iter().all(|r| *r == MessageResult::Applied),
+        "{engine:?}: ordinary payments of the noisy account: {applied:?}"
+    );
+    // The payments come: each releases its reversal, whose body is read back.
+    deliver_checked(&handler, &mut ledger, &awaited, "a").await;
+    servicing
+        .assert_accounts_match(
+            &ledger,
+            &[a.to_owned()],
+            &format!("{engine:?} noisy account"),
+        )
+        .await;
+    assert!(
+        servicing.items_of_type("PARKED_BODY").await.is_empty(),
+        "{engine:?}: a body item outlived its parked fact"
+    );
+}
+
+/// At its bound of parked facts, the account's next fact that would park is quarantined
+/// (`parking_full`) — itself, not a neighbour — and its ordinary facts still apply; the bodies
+/// of facts the reconciler expires leave with them (the quarantine keeps each whole).
+async fn when_an_account_holds_its_bound_of_parked_facts_should_quarantine_only_the_next_one(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let mut ledger = servicing_domain::Ledger::new();
+    let a = "acc_bound";
+    let bound = servicing_domain::MAX_PARKED_FACTS;
+    let reversals: Vec<Value> = (0..=bound)
+        .map(|n| reverse(a, &format!("rev-{n}"), &format!("pay-{n}"), 5, 100))
+        .collect();
+    deliver_checked(&handler, &mut ledger, &[open(a)], "o").await;
+    let got = deliver_checked(&handler, &mut ledger, &reversals, "r").await;
+    assert_eq!(
+        got[..bound]
+            .iter()
+            .filter(|r| **r == MessageResult::Parked)
+            .count(),
+        bound
+    );
+    assert_eq!(
+        got[bound],
+        MessageResult::Quarantined {
+            code: servicing_domain::PARKING_FULL.into()
+        }
+    );
+    let after = deliver_checked(&handler, &mut ledger, &[pay(a, "ord-1", 6, 500)], "p").await;
+    assert_eq!(after, [MessageResult::Applied]);
+    servicing
+        .assert_accounts_match(
+            &ledger,
+            &[a.to_owned()],
+            &format!("{engine:?} at the bound"),
+        )
+        .await;
+    let apart = servicing.items_of_type("PARKED_BODY").await.len();
+    assert!(
+        apart > 0,
+        "{engine:?}: bodies past the inline budget are kept apart"
+    );
+    // The reconciler expires them all: quarantined with their bodies, body items gone.
+    let now = servicing_ops::epoch_seconds() + 8 * 86_400;
+    let expiry = servicing_ops::parked::expire(
+        &servicing.store("account-state"),
+        now,
+        Duration::from_secs(7 * 86_400),
+    )
+    .await
+    .expect("expire");
+    assert_eq!(expiry.missing, bound as u64, "{:?}", expiry.problems);
+    assert!(servicing.items_of_type("PARKED_BODY").await.is_empty());
+    let quarantined = servicing.quarantine().await;
+    let bodies = quarantined
+        .iter()
+        .filter(|q| q.raw_body.contains("\"reversalOf\""))
+        .count();
+    assert_eq!(
+        bodies,
+        bound + 1,
+        "{engine:?}: every body kept whole in the quarantine"
+    );
+}
 
 /// Cases of the ordering property per engine.
 const CASES: u64 = 120;

@@ -49,8 +49,15 @@ impl StateCache {
         self.entries().get(account).cloned()
     }
 
+    /// Keeps `state`, unless it holds parked bodies kept apart: their bytes (up to
+    /// `MAX_PARKED_BYTES` per account) are not bounded by the cache's count of entries, so such
+    /// an account is read each time.
     pub fn put(&self, state: LoanItem) {
         if self.capacity == 0 {
+            return;
+        }
+        if state.parked.apart().next().is_some() {
+            self.forget(&state.account_id);
             return;
         }
         let mut entries = self.entries();

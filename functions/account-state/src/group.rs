@@ -90,6 +90,8 @@ pub(crate) struct Group {
     pub next: Option<LoanItem>,
     /// The version of the loan item the group was judged against (`None`: no item).
     pub expected: Option<u64>,
+    /// The parked facts whose bodies were stored apart when the group was judged.
+    pub apart_before: Vec<SourceRef>,
     pub stop: Stop,
 }
 

@@ -11,7 +11,7 @@ use crate::{FieldError, PaymentsApi, Problem, responses};
 impl PaymentsApi {
     pub(crate) async fn get_loan(&self, account: &str) -> Result<Response<Body>, Problem> {
         let id = parse_account(account)?;
-        let loan = self.store.load(&id, &[]).await.map_err(store_problem)?.loan;
+        let loan = self.store.loan_state(&id).await.map_err(store_problem)?;
         // A loan item without an account only holds facts parked before its opening.
         let Some((a, version)) = loan.and_then(|l| Some((l.account?, l.version))) else {
             return Err(unknown_account(&id));
@@ -25,10 +25,10 @@ impl PaymentsApi {
         let id = parse_account(account)?;
         if self
             .store
-            .load(&id, &[])
+            .loan_state(&id)
             .await
             .map_err(store_problem)?
-            .account()
+            .and_then(|l| l.account)
             .is_none()
         {
             return Err(unknown_account(&id));

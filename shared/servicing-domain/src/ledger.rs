@@ -231,18 +231,25 @@ impl Ledger {
         self.claims.insert(event.source.clone(), claim);
         let disposition = match self.judge(&event, body) {
             Err(awaits) => {
-                let arrival = Arrival {
-                    source: &event.source,
-                    fingerprint: &fingerprint,
-                    message_id,
-                    body: &String::from_utf8_lossy(body),
-                    now,
-                };
-                self.parked
-                    .entry(event.account_id.clone())
-                    .or_default()
-                    .park(arrival, awaits.clone());
-                Disposition::Parked(awaits)
+                let text = String::from_utf8_lossy(body);
+                let parked = self.parked.entry(event.account_id.clone()).or_default();
+                match parked.admits(&text) {
+                    Ok(()) => {
+                        let arrival = Arrival {
+                            source: &event.source,
+                            fingerprint: &fingerprint,
+                            message_id,
+                            body: &text,
+                            now,
+                        };
+                        parked.park(arrival, awaits.clone());
+                        Disposition::Parked(awaits)
+                    }
+                    Err(rejection) => {
+                        let reason = rejection.to_string();
+                        self.quarantine_raw(body, Some(event.source.clone()), reason)
+                    }
+                }
             }
             Ok(disposition) => disposition,
         };

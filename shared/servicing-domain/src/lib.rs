@@ -24,5 +24,8 @@ pub use event::{
 pub use fingerprint::{FactTag, Fingerprint};
 pub use ledger::{Counts, Disposition, Ledger, QuarantineRecord};
 pub use outbox::DomainEvent;
-pub use parking::{Arrival, ParkedFact, ParkedFacts};
+pub use parking::{
+    Arrival, MAX_PARKED_BODY_BYTES, MAX_PARKED_BYTES, MAX_PARKED_FACTS, PARKED_BODY_TOO_LARGE,
+    PARKED_INLINE_BODY_BYTES, PARKING_FULL, ParkedFact, ParkedFacts,
+};
 pub use types::{AccountId, Amount, Currency, Money, SourceRef};

@@ -10,10 +10,26 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::apply::Deferral;
+use crate::apply::{Deferral, Rejection};
 use crate::event::{EventKind, ServicingEvent};
 use crate::fingerprint::Fingerprint;
 use crate::types::SourceRef;
+
+/// Parked bodies kept on the loan item itself, in bytes at most. The loan item is rewritten by
+/// every fact of the account (and billed by its whole size inside a transaction): beyond this,
+/// a newly parked fact's body is kept in an item of its own, so one account's parked facts
+/// never push its loan item towards DynamoDB's 400 KB limit and take its other facts down.
+pub const PARKED_INLINE_BODY_BYTES: usize = 2_048;
+/// Parked facts per account at most: what stays on the loan item of each (identity,
+/// fingerprint, what it awaits, its message id; at most ~0.6 KB) is bounded with them.
+pub const MAX_PARKED_FACTS: usize = 200;
+/// The largest body that can be parked: it must fit an item of its own (400 KB in all).
+pub const MAX_PARKED_BODY_BYTES: usize = 350_000;
+/// All of an account's parked bodies at most: what its read returns (one `Query` page, 1 MB).
+pub const MAX_PARKED_BYTES: usize = 1_000_000;
+/// Quarantine codes of a fact that cannot be parked anywhere (itself, never a neighbour).
+pub const PARKING_FULL: &str = "parking_full";
+pub const PARKED_BODY_TOO_LARGE: &str = "parked_body_too_large";
 
 /// One parked fact, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +47,10 @@ pub struct ParkedFact {
     /// The message that brought it, and its raw body (what the quarantine keeps if it expires).
     pub message_id: String,
     pub body: String,
+    /// The body is kept in an item of its own, not on the loan item (the store reads it back
+    /// with the loan item: `body` is always the fact's body in memory).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub body_apart: bool,
 }
 
 /// An account's parked facts, in order of receipt.
@@ -66,9 +86,57 @@ impl ParkedFacts {
         self.0.iter().find(|p| &p.source == source)
     }
 
-    /// Parks a newly received fact behind the others.
+    /// Whether a newly received fact with this body can be parked here: the one that cannot is
+    /// quarantined itself (its body too large for any item, or the account's parked facts at
+    /// their bound), never a neighbour.
+    pub fn admits(&self, body: &str) -> Result<(), Rejection> {
+        if body.len() > MAX_PARKED_BODY_BYTES {
+            return Err(Rejection {
+                code: PARKED_BODY_TOO_LARGE,
+                reason: format!(
+                    "a body of {} bytes cannot be parked (at most {MAX_PARKED_BODY_BYTES})",
+                    body.len()
+                ),
+            });
+        }
+        let held: usize = self.0.iter().map(|p| p.body.len()).sum();
+        if held + body.len() > MAX_PARKED_BYTES {
+            return Err(Rejection {
+                code: PARKING_FULL,
+                reason: format!(
+                    "the account's parked bodies would pass {MAX_PARKED_BYTES} bytes, their bound"
+                ),
+            });
+        }
+        if self.0.len() >= MAX_PARKED_FACTS {
+            return Err(Rejection {
+                code: PARKING_FULL,
+                reason: format!(
+                    "the account already holds {MAX_PARKED_FACTS} parked facts, its bound"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Bytes of parked bodies kept on the loan item itself.
+    pub fn inline_body_bytes(&self) -> usize {
+        self.0
+            .iter()
+            .filter(|p| !p.body_apart)
+            .map(|p| p.body.len())
+            .sum()
+    }
+
+    /// Whether a newly parked fact with this body would be kept apart (over the inline budget).
+    pub fn keeps_apart(&self, body: &str) -> bool {
+        self.inline_body_bytes() + body.len() > PARKED_INLINE_BODY_BYTES
+    }
+
+    /// Parks a newly received fact behind the others (its body apart beyond the budget).
     pub fn park(&mut self, arrival: Arrival<'_>, awaits: Deferral) {
         let seq = self.0.iter().map(|p| p.seq).max().map_or(1, |s| s + 1);
+        let body_apart = self.keeps_apart(arrival.body);
         self.0.push(ParkedFact {
             seq,
             source: arrival.source.clone(),
@@ -77,7 +145,18 @@ impl ParkedFacts {
             parked_at: arrival.now,
             message_id: arrival.message_id.to_owned(),
             body: arrival.body.to_owned(),
+            body_apart,
         });
+    }
+
+    /// The facts whose bodies are kept apart.
+    pub fn apart(&self) -> impl Iterator<Item = &ParkedFact> {
+        self.0.iter().filter(|p| p.body_apart)
+    }
+
+    /// Mutable access to the facts (the store fills in the bodies kept apart).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut ParkedFact> {
+        self.0.iter_mut()
     }
 
     /// Puts a fact taken out with [`ParkedFacts::take_next_ready`] back, waiting for something
@@ -206,5 +285,44 @@ mod tests {
         );
         facts.on_applied(&event(PAY));
         assert!(!facts.has_ready());
+    }
+
+    #[test]
+    fn when_parked_bodies_pass_the_budget_should_keep_them_apart_and_bound_the_account() {
+        let mut facts = ParkedFacts::default();
+        let body = "b".repeat(1_000);
+        for n in 0..3 {
+            let source = source(&format!("r{n}"));
+            let fingerprint = Fingerprint::from_stored(format!("fp-{n}"));
+            facts.park(
+                Arrival {
+                    source: &source,
+                    fingerprint: &fingerprint,
+                    message_id: "m",
+                    body: &body,
+                    now: 1,
+                },
+                Deferral::AccountNotOpened,
+            );
+        }
+        // Two bodies fit the inline budget; the third is kept apart.
+        let apart: Vec<bool> = facts.iter().map(|f| f.body_apart).collect();
+        assert_eq!(apart, [false, false, true]);
+        assert_eq!(facts.inline_body_bytes(), 2_000);
+        assert!(facts.admits(&body).is_ok());
+        let huge = "h".repeat(MAX_PARKED_BODY_BYTES + 1);
+        assert_eq!(facts.admits(&huge).map_err(|r| r.code), Err(PARKED_BODY_TOO_LARGE));
+        // Bodies up to the account's bound in all, then the one past it is refused.
+        let big = "g".repeat(MAX_PARKED_BODY_BYTES);
+        let mut n = 3;
+        while facts.admits(&big).is_ok() {
+            n += 1;
+            park(&mut facts, &format!("r{n}"), Deferral::AccountNotOpened);
+            if let Some(last) = facts.0.last_mut() {
+                last.body = big.clone();
+            }
+        }
+        assert_eq!(facts.admits(&big).map_err(|r| r.code), Err(PARKING_FULL));
+        assert!(facts.iter().map(|f| f.body.len()).sum::<usize>() <= MAX_PARKED_BYTES);
     }
 }

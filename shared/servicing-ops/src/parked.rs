@@ -12,8 +12,9 @@ use servicing_store::{ExpiredFact, ExpiryOutcome, LoanItem, ServicingStore};
 /// Default `PARK_RETENTION`.
 pub const DEFAULT_PARK_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Facts per transaction: the loan item, then a claim delete and a quarantine put each.
-const FACTS_PER_TRANSACTION: usize = 49;
+/// Facts per transaction: the loan item, then a claim delete and a quarantine put each, and a
+/// body delete for each whose body is kept apart (within DynamoDB's 100 items).
+const FACTS_PER_TRANSACTION: usize = 33;
 
 /// One parked fact as operators see it.
 #[derive(Debug, Clone, PartialEq, Eq)]

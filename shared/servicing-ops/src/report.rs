@@ -52,12 +52,7 @@ pub async fn account_report(
     store: &ServicingStore,
     account_id: &AccountId,
 ) -> Result<Option<serde_json::Value>, StoreError> {
-    let Some(account) = store
-        .load(account_id, &[])
-        .await?
-        .loan
-        .and_then(|l| l.account)
-    else {
+    let Some(account) = store.loan_state(account_id).await?.and_then(|l| l.account) else {
         return Ok(None);
     };
     let allocations = store.allocations(account_id).await?;

@@ -73,10 +73,13 @@ pub struct UnitOfWork<'a> {
 /// The loan item's part in a transaction (its condition is every verdict's condition).
 #[derive(Debug, Clone, Copy)]
 pub enum LoanWrite<'a> {
-    /// Put the new item, where the stored one is at `expected` (`None`: no item yet).
+    /// Put the new item, where the stored one is at `expected` (`None`: no item yet); the
+    /// parked bodies kept apart follow it: written for facts newly kept apart, deleted for those
+    /// that left (`apart_before`: the stored item's).
     Put {
         item: &'a LoanItem,
         expected: Option<u64>,
+        apart_before: &'a [SourceRef],
     },
     /// The item is unchanged: only check it is still at `expected`.
     Check {

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::{
-    AccountId, AllocationWrite, Applied, DomainEvent, ParkedFacts, SourceRef, StoredAllocation,
+    AccountId, AllocationWrite, Applied, DomainEvent, ParkedFact, ParkedFacts, SourceRef,
+    StoredAllocation,
 };
 
 use crate::schema::{ClaimRecord, OutboxEvent};
@@ -51,6 +52,34 @@ pub fn n(value: impl ToString) -> AttributeValue {
 /// `(pk, sk)` of a loan's state item.
 pub fn loan_key(account: &AccountId) -> (String, String) {
     (format!("LOAN#{account}"), "STATE".to_owned())
+}
+
+/// `(pk, sk)` of a parked fact's body kept apart: in its loan's partition, so the account's
+/// bodies are one `Query` (`sk` begins with `PARKED#`).
+pub fn parked_body_key(account: &AccountId, source: &SourceRef) -> (String, String) {
+    let (pk, _) = loan_key(account);
+    (
+        pk,
+        format!("{PARKED_BODY_PREFIX}{}#{}", source.system, source.event_id),
+    )
+}
+
+pub const PARKED_BODY_PREFIX: &str = "PARKED#";
+/// The raw body on a parked body item.
+pub const BODY: &str = "body";
+
+/// A parked fact's body kept apart from its loan item.
+pub fn parked_body_item(account: &AccountId, fact: &ParkedFact) -> Item {
+    let mut item = with_key(
+        HashMap::from([
+            (ACCOUNT_ID.to_owned(), s(account.as_str())),
+            (BODY.to_owned(), s(fact.body.as_str())),
+        ]),
+        parked_body_key(account, &fact.source),
+        "PARKED_BODY",
+    );
+    item.insert(SCHEMA_VERSION.to_owned(), n(crate::schema::SCHEMA_VERSION));
+    item
 }
 
 /// Claims are keyed by `(consumer, sourceSystem, sourceEventId)` and not by account, so a reused
@@ -133,7 +162,12 @@ pub fn loan_item(loan: &LoanItem) -> Result<Item, StoreError> {
         item.insert(RECENT_FACTS.to_owned(), loan.recent.encode());
     }
     if !loan.parked.is_empty() {
-        let parked = serde_dynamo::to_attribute_value(&loan.parked).map_err(encode_error)?;
+        // Bodies kept apart are in their own items (`parked_body_item`), not here.
+        let mut parked = loan.parked.clone();
+        for fact in parked.iter_mut().filter(|f| f.body_apart) {
+            fact.body.clear();
+        }
+        let parked = serde_dynamo::to_attribute_value(&parked).map_err(encode_error)?;
         item.insert(PARKED_FACTS.to_owned(), parked);
     }
     Ok(item)

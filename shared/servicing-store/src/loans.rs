@@ -105,16 +105,10 @@ impl ServicingStore {
     ) -> Result<Snapshot, StoreError> {
         let mut snapshot = Snapshot::default();
         if payments.is_empty() {
-            let got = self
-                .client
-                .get_item()
-                .table_name(&self.config.table)
-                .set_key(Some(items::key_item(items::loan_key(account_id))))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(classify)?;
-            snapshot.loan = got.item.map(items::loan_from_item).transpose()?;
+            snapshot.loan = self.loan_state(account_id).await?;
+            if let Some(loan) = snapshot.loan.as_mut() {
+                self.read_apart_bodies(loan).await?;
+            }
             return Ok(snapshot);
         }
         let loan = items::loan_key(account_id);
@@ -123,7 +117,68 @@ impl ServicingStore {
             .await?
             .map(items::loan_from_item)
             .transpose()?;
+        if let Some(loan) = snapshot.loan.as_mut() {
+            self.read_apart_bodies(loan).await?;
+        }
         Ok(snapshot)
+    }
+
+    /// One consistent read of the loan item alone: the bodies of its parked facts kept apart
+    /// are left empty (for readers of the account, not of its parked facts: one `GetItem`).
+    pub async fn loan_state(&self, account_id: &AccountId) -> Result<Option<LoanItem>, StoreError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::loan_key(account_id))))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        got.item.map(items::loan_from_item).transpose()
+    }
+
+    /// Fills in the bodies of `loan`'s parked facts kept apart: one consistent `Query` of the
+    /// loan's partition, only for an account that has any (an ordinary account's read stays
+    /// one request). The loan item and its bodies are written in one transaction, so a body
+    /// the item names and the query does not return is corrupt data, not a race.
+    pub async fn read_apart_bodies(&self, loan: &mut LoanItem) -> Result<(), StoreError> {
+        if loan.parked.apart().next().is_none() {
+            return Ok(());
+        }
+        let (pk, _) = items::loan_key(&loan.account_id);
+        let found: Vec<Item> = self
+            .client
+            .query()
+            .table_name(&self.config.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :parked)")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":parked", s(items::PARKED_BODY_PREFIX))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(classify)?;
+        let mut bodies: HashMap<String, String> = found
+            .iter()
+            .filter_map(|item| {
+                let sk = items::string(item, items::SK)?.to_owned();
+                Some((sk, items::string(item, items::BODY)?.to_owned()))
+            })
+            .collect();
+        let account_id = loan.account_id.clone();
+        for fact in loan.parked.iter_mut().filter(|f| f.body_apart) {
+            let (_, sk) = items::parked_body_key(&account_id, &fact.source);
+            fact.body = bodies.remove(&sk).ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "the body of {} parked on {account_id} is missing",
+                    fact.source
+                ))
+            })?;
+        }
+        Ok(())
     }
 
     /// Reads what is known of `payments` into `snapshot` (a reversal's payment that was not

@@ -88,6 +88,12 @@ impl ServicingStore {
                 .transact_items(TransactWriteItem::builder().delete(claim).build())
                 .transact_items(self.put(self.quarantine_item(&entry, now_millis)?, None)?);
         }
+        // After every fact's pair (their positions tell refused claims below): the bodies kept
+        // apart leave with their facts.
+        for expired in expired.iter().filter(|e| e.fact.body_apart) {
+            let key = items::parked_body_key(&loan.account_id, &expired.fact.source);
+            request = request.transact_items(self.delete(key)?);
+        }
         match request.send().await {
             Ok(_) => Ok(ExpiryOutcome::Expired),
             Err(e) => match e.into_service_error() {
@@ -141,18 +147,26 @@ impl ServicingStore {
             .try_collect()
             .await
             .map_err(classify)?;
-        Ok(found
-            .into_iter()
-            .map(|item| {
-                let pk = items::string(&item, items::PK)
-                    .unwrap_or_default()
-                    .to_owned();
-                items::loan_from_item(item).map_err(|e| UndecodableLoan {
-                    pk,
-                    error: e.to_string(),
-                })
-            })
-            .collect())
+        let mut loans = Vec::with_capacity(found.len());
+        for item in found {
+            let pk = items::string(&item, items::PK)
+                .unwrap_or_default()
+                .to_owned();
+            let undecodable = |e: StoreError| UndecodableLoan {
+                pk: pk.clone(),
+                error: e.to_string(),
+            };
+            let loan = match items::loan_from_item(item) {
+                Ok(mut loan) => match self.read_apart_bodies(&mut loan).await {
+                    Ok(()) => Ok(loan),
+                    Err(e @ StoreError::Corrupt(_)) => Err(undecodable(e)),
+                    Err(e) => return Err(e),
+                },
+                Err(e) => Err(undecodable(e)),
+            };
+            loans.push(loan);
+        }
+        Ok(loans)
     }
 
     /// The claim `consumer`'s store holds for `source` says it was applied on another account

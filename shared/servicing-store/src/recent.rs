@@ -26,9 +26,14 @@ use crate::StoreError;
 /// goes through the claim. Must stay below the shortest claim retention (1 day).
 pub const RECENT_FACTS_WINDOW: Duration = Duration::from_secs(3600);
 
-/// Entries kept at most: bounds the loan item (≈ 60 bytes per entry for typical ids, ≤ 170
+/// Entries kept at most: bounds the loan item (≈ 60 bytes per entry for typical ids, ≤ 230
 /// for the longest), so only an account with more facts than that per window pays for it.
 pub const RECENT_FACTS_MAX: usize = 32;
+
+/// Bytes of the stored list at most, whatever the ids' lengths: the newest entries that fit
+/// are kept (at least the newest one), so long ids cost the fast path entries, never the loan
+/// item its size bound.
+pub const RECENT_FACTS_MAX_BYTES: usize = 2_048;
 
 /// Hex digits of the payload fingerprint kept (64 bits): a different prefix is a different
 /// payload for certain, and then the claim decides (collision, with both full fingerprints).
@@ -44,6 +49,19 @@ struct RecentFact {
     applied_at: i64,
     fingerprint: String,
     source: SourceRef,
+}
+
+impl RecentFact {
+    /// Its line's length in the stored string (`encode`).
+    fn encoded_len(&self) -> usize {
+        self.applied_at.to_string().len()
+            + 1
+            + self.fingerprint.len()
+            + 1
+            + self.source.system.len()
+            + 1
+            + self.source.event_id.len()
+    }
 }
 
 fn prefix(fingerprint: &Fingerprint) -> &str {
@@ -84,6 +102,18 @@ impl RecentFacts {
         }));
         let excess = facts.len().saturating_sub(RECENT_FACTS_MAX);
         facts.drain(..excess);
+        let mut bytes = 0;
+        let keep = facts
+            .iter()
+            .rev()
+            .take_while(|fact| {
+                bytes += fact.encoded_len() + 1;
+                bytes <= RECENT_FACTS_MAX_BYTES
+            })
+            .count()
+            .max(1)
+            .min(facts.len());
+        facts.drain(..facts.len() - keep);
         RecentFacts(facts)
     }
 
@@ -183,6 +213,31 @@ mod tests {
         assert!(!recent.holds(&sources[2], &f, window));
         assert!(recent.holds(&sources[3], &f, window));
         assert!(recent.holds(&sources[RECENT_FACTS_MAX + 2], &f, window));
+    }
+
+    #[test]
+    fn when_ids_are_long_should_keep_the_stored_list_within_its_bytes() {
+        let f = fingerprint(1);
+        let sources: Vec<SourceRef> = (0..RECENT_FACTS_MAX)
+            .map(|i| SourceRef {
+                system: "s".repeat(64),
+                event_id: format!("{i:0>128}"),
+            })
+            .collect();
+        let recent = RecentFacts::default().with(sources.iter().map(|s| (s, &f)), 1_000);
+        let AttributeValue::S(stored) = recent.encode() else {
+            panic!("a string")
+        };
+        assert!(
+            stored.len() <= RECENT_FACTS_MAX_BYTES,
+            "{} bytes",
+            stored.len()
+        );
+        assert!(recent.len() < RECENT_FACTS_MAX && !recent.is_empty());
+        assert!(
+            recent.holds(&sources[RECENT_FACTS_MAX - 1], &f, 1_000),
+            "the newest kept"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ impl Group {
             Some(item) => LoanWrite::Put {
                 item,
                 expected: self.expected,
+                apart_before: &self.apart_before,
             },
             None => LoanWrite::Check {
                 account_id,

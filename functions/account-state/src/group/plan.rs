@@ -39,10 +39,17 @@ impl Group {
             .map(|p| p.event.account_id.clone())
             .or_else(|| snapshot.loan.as_ref().map(|l| l.account_id.clone()));
         let expected = snapshot.loan.as_ref().map(|l| l.version);
+        let apart_before = snapshot
+            .loan
+            .iter()
+            .flat_map(|l| l.parked.apart())
+            .map(|f| f.source.clone())
+            .collect();
         let mut group = Group {
             members: Vec::new(),
             next: None,
             expected,
+            apart_before,
             stop: Stop::Done,
         };
         let Some(account_id) = account_id else {
@@ -142,7 +149,15 @@ impl Group {
                 Outcome::Applied(applied) => Judged::Apply(applied),
                 Outcome::Stale { .. } => Judged::Stale,
                 Outcome::Rejected(rejection) => Judged::Reject(rejection),
-                Outcome::Deferred(why) => Judged::Park(why),
+                // A newly received fact that cannot be parked anywhere is quarantined itself
+                // (a released one keeps the place it has).
+                Outcome::Deferred(why) => match &subject {
+                    Subject::Pending(i) => match plan.loan.parked.admits(pending[*i].body) {
+                        Ok(()) => Judged::Park(why),
+                        Err(rejection) => Judged::Reject(rejection),
+                    },
+                    Subject::Released(_) => Judged::Park(why),
+                },
                 Outcome::AlreadyApplied => Judged::Duplicate,
             };
             let member = Member {
@@ -205,10 +220,20 @@ impl Plan {
         // What the store will write for it (nothing for a duplicate, nor for a released fact
         // that stays parked: its PARKED claim stays).
         let with_claim = member.effect(pending).map_or(0, |effect| effect.items());
-        let cost = match (released, merge) {
-            (true, Some(_)) => with_claim.saturating_sub(1), // its claim is counted already
-            _ => with_claim,
+        // A body kept apart is written when its fact parks, deleted when it leaves.
+        let body_item = match (&member.judged, &member.subject) {
+            (Judged::Park(_), Subject::Pending(i)) => {
+                usize::from(self.loan.parked.keeps_apart(pending[*i].body))
+            }
+            (Judged::Park(_), Subject::Released(_)) => 0,
+            (_, Subject::Released(r)) => usize::from(r.fact.body_apart),
+            (_, Subject::Pending(_)) => 0,
         };
+        let cost = body_item
+            + match (released, merge) {
+                (true, Some(_)) => with_claim.saturating_sub(1), // its claim is counted already
+                _ => with_claim,
+            };
         let repeated = merge.is_none() && self.facts.contains(source);
         let touched_twice = touches
             .as_ref()

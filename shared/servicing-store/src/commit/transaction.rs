@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{
-    ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    ConditionCheck, Delete, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use servicing_domain::{AccountId, AllocationWrite, SourceRef};
 
@@ -49,9 +49,26 @@ impl ServicingStore {
             roles: Vec::with_capacity(units.len() * 4 + 1),
         };
         match loan {
-            Some(LoanWrite::Put { item, expected }) => {
+            Some(LoanWrite::Put {
+                item,
+                expected,
+                apart_before,
+            }) => {
                 let put = self.put(items::loan_item(item)?, Some(version_condition(expected)))?;
                 transaction.push(Role::Loan, put);
+                // Under the loan's version condition: written and deleted with what they follow.
+                for fact in item.parked.apart() {
+                    if !apart_before.contains(&fact.source) {
+                        let body = items::parked_body_item(&item.account_id, fact);
+                        transaction.push(Role::Plain, self.put(body, None)?);
+                    }
+                }
+                for gone in apart_before {
+                    if !item.parked.apart().any(|f| &f.source == gone) {
+                        let key = items::parked_body_key(&item.account_id, gone);
+                        transaction.push(Role::Plain, self.delete(key)?);
+                    }
+                }
             }
             Some(LoanWrite::Check {
                 account_id,
@@ -145,6 +162,16 @@ impl ServicingStore {
             .build()
             .map_err(invalid_request)?;
         Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// An unconditional delete of the item at `key`.
+    pub(crate) fn delete(&self, key: (String, String)) -> Result<TransactWriteItem, StoreError> {
+        let delete = Delete::builder()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(key)))
+            .build()
+            .map_err(invalid_request)?;
+        Ok(TransactWriteItem::builder().delete(delete).build())
     }
 
     /// A put of `item` into the table, under `condition` when given.
