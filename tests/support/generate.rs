@@ -57,9 +57,29 @@ pub fn fee(account: &str, id: &str, day: u32, amount: i64) -> Value {
     )
 }
 
-/// One account's facts in business order; reversal blocks (one or two reversals of a payment)
-/// follow their payment directly.
+/// One account's facts in business order; reversal blocks (one or two reversals of a payment,
+/// sometimes a reversal of the reversal, which is refused) follow their payment directly. The
+/// account is in euros or dollars; now and then a fee or interest comes in the other currency
+/// (refused).
 pub fn business_stream(rng: &mut Rng, account: &str) -> (Vec<Value>, Vec<(usize, usize)>) {
+    let (mut facts, blocks) = business_stream_in_euros(rng, account);
+    let (currency, other) = match rng.below(2) {
+        0 => ("EUR", "USD"),
+        _ => ("USD", "EUR"),
+    };
+    for fact in &mut facts {
+        if fact.get("currency").is_some() {
+            // Only fees and interest: a refused payment would leave its reversals parked.
+            let charge =
+                fact["eventType"] == "FEE_ASSESSED" || fact["eventType"] == "INTEREST_ACCRUED";
+            let wrong = charge && rng.below(6) == 0;
+            fact["currency"] = json!(if wrong { other } else { currency });
+        }
+    }
+    (facts, blocks)
+}
+
+fn business_stream_in_euros(rng: &mut Rng, account: &str) -> (Vec<Value>, Vec<(usize, usize)>) {
     let mut facts = vec![open(account)];
     let mut blocks = Vec::new();
     let (mut day, mut installment, mut limit_seq) = (2, 0, 0);
@@ -107,6 +127,12 @@ pub fn business_stream(rng: &mut Rng, account: &str) -> (Vec<Value>, Vec<(usize,
                         let mut c = reverse(account, &id("chb"), &payment, day, amount);
                         c["eventTime"] = json!(format!("2026-09-{day:02}T12:00:00Z"));
                         facts.push(c);
+                    }
+                    if rng.below(4) == 0 {
+                        // A reversal of the reversal: not a payment, refused once it is known.
+                        let mut rr = reverse(account, &id("rrv"), &id("rev"), day, amount);
+                        rr["eventTime"] = json!(format!("2026-09-{day:02}T13:00:00Z"));
+                        facts.push(rr);
                     }
                     blocks.push((start, facts.len()));
                 }

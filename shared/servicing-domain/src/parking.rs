@@ -311,7 +311,10 @@ mod tests {
         assert_eq!(facts.inline_body_bytes(), 2_000);
         assert!(facts.admits(&body).is_ok());
         let huge = "h".repeat(MAX_PARKED_BODY_BYTES + 1);
-        assert_eq!(facts.admits(&huge).map_err(|r| r.code), Err(PARKED_BODY_TOO_LARGE));
+        assert_eq!(
+            facts.admits(&huge).map_err(|r| r.code),
+            Err(PARKED_BODY_TOO_LARGE)
+        );
         // Bodies up to the account's bound in all, then the one past it is refused.
         let big = "g".repeat(MAX_PARKED_BODY_BYTES);
         let mut n = 3;
