@@ -3,7 +3,8 @@
 #   infra/bench.sh [loadgen options]   end-to-end on DynamoDB Local vs the Powertools baseline
 #                                      (cost per fact: capacity units by AWS's rules and $ per
 #                                      million facts; standard-queue and FIFO batch orders), the
-#                                      payments API (apiload), cold start and binary sizes, criterion per-event benches
+#                                      payments API (apiload), cold start and binary sizes, the soak
+#                                      (SOAK_MINUTES, default 5), criterion per-event benches
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -34,6 +35,10 @@ target/bench-local/coldstart target/release/account-state 30
 size=$(stat -c %s target/release/account-state)
 zipped=$(cd target/release && python3 -m zipfile -c /tmp/account-state.zip account-state && stat -c %s /tmp/account-state.zip)
 echo "account-state x86_64 release binary: $((size / 1024)) KiB stripped, $((zipped / 1024)) KiB zipped"
+
+echo "== soak (DynamoDB Local): production-shaped traffic for ${SOAK_MINUTES:-5} minutes, 0 differences expected"
+cargo build --quiet --locked --profile bench-local -p bench --bin soak
+target/bench-local/soak --minutes "${SOAK_MINUTES:-5}"
 
 echo "== per event (criterion)"
 cargo bench --locked -p bench --bench per_event -- --noplot 2>/dev/null | grep -B1 "time:" | grep -v "^--" || true

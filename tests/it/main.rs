@@ -36,4 +36,5 @@ mod relay;
 mod retention;
 mod runbook;
 mod sample_events;
+mod soak;
 mod warm_instances;

@@ -4,16 +4,14 @@
 //! two instances, reconciler runs and operators' resends at random points, every step compared
 //! with the in-memory ledger.
 
-use std::time::Duration;
-
 use account_state::{AccountStateHandler, MessageResult};
 use futures_util::StreamExt;
 use integration_tests::faults::{Fault, FaultPlan};
-use integration_tests::generate::{business_stream, early_delivery, fee, open, pay, reverse};
+use integration_tests::generate::{fee, open, pay, reverse};
 use integration_tests::servicing::{Servicing, sqs_message};
-use integration_tests::{Engine, Rng, record_figure};
+use integration_tests::soak::{self, SoakConfig, Tally, expire_everything};
+use integration_tests::{Engine, record_figure};
 use serde_json::Value;
-use servicing_domain::{Disposition, Ledger};
 
 on_both_engines!(
     when_the_reconciler_expired_a_fact_a_warm_instance_holds_parked_should_judge_its_resend_again,
@@ -23,8 +21,6 @@ on_both_engines!(
     when_a_stale_instance_finds_its_payment_a_duplicate_should_still_release_what_it_made_ready,
     when_instances_and_the_reconciler_interleave_should_match_the_ledger_at_every_step,
 );
-
-const WEEK: Duration = Duration::from_secs(7 * 86_400);
 
 async fn process(handler: &AccountStateHandler, bodies: &[(&str, Value)]) -> Vec<MessageResult> {
     let messages: Vec<_> = bodies
@@ -44,15 +40,6 @@ async fn process(handler: &AccountStateHandler, bodies: &[(&str, Value)]) -> Vec
                 .expect("an answer per message")
         })
         .collect()
-}
-
-/// The reconciler's expiry as if `PARK_RETENTION` had passed since everything was parked.
-async fn expire_everything(servicing: &Servicing) -> u64 {
-    let now = servicing_ops::epoch_seconds() + WEEK.as_secs() as i64 + 60;
-    let expiry = servicing_ops::parked::expire(&servicing.store("account-state"), now, WEEK)
-        .await
-        .expect("expire");
-    expiry.missing + expiry.mismatched
 }
 
 async fn when_the_reconciler_expired_a_fact_a_warm_instance_holds_parked_should_judge_its_resend_again(
@@ -288,225 +275,29 @@ async fn when_a_stale_instance_finds_its_payment_a_duplicate_should_still_releas
 /// Model-based cases per engine.
 const MODEL_CASES: u64 = 40;
 
-/// The ledger's verdict in the consumer's terms (quarantine codes are the reason's first word).
-fn expected(disposition: &Disposition) -> MessageResult {
-    match disposition {
-        Disposition::Applied => MessageResult::Applied,
-        Disposition::Stale => MessageResult::Stale,
-        Disposition::Duplicate => MessageResult::Duplicate,
-        Disposition::Collision { .. } => MessageResult::Collision,
-        Disposition::Parked(_) => MessageResult::Parked,
-        Disposition::Quarantined { reason } => MessageResult::Quarantined {
-            code: reason
-                .split([':', ' '])
-                .next()
-                .unwrap_or_default()
-                .to_owned(),
-        },
-    }
-}
-
-/// One account's facts with its reversals delivered before their payments (they park on
-/// them) and its opening held back behind up to all of them, so that whole items of parked
-/// facts are expired and recreated.
-fn stream(rng: &mut Rng, account: &str) -> Vec<Value> {
-    let (facts, blocks) = business_stream(rng, account);
-    let mut delivery = early_delivery(rng, &facts, &blocks);
-    let opening = delivery
-        .iter()
-        .position(|f| f["eventType"] == "LOAN_OPENED")
-        .map(|at| delivery.remove(at));
-    let at = rng.below(delivery.len() + 1);
-    delivery.splice(at..at, opening);
-    delivery
-}
-
-/// The faults a delivery may take, at a random request of the instance it reaches.
-const FAULTS: [Fault; 4] = [
-    Fault::Throttle,
-    Fault::ServerError,
-    Fault::LoseResponse,
-    Fault::TransactionConflict,
-];
-const INSTANCES: usize = 3;
-
-/// What the model did, summed over its cases.
-#[derive(Debug, Default)]
-struct Tally {
-    /// Steps that delivered a batch (first deliveries, redeliveries, resends, closes).
-    deliveries: usize,
-    faults: [usize; FAULTS.len()],
-    redelivered: usize,
-    reconciler_runs: usize,
-    closes: usize,
-    collisions: usize,
-}
-
-impl Tally {
-    fn add(&mut self, other: &Tally) {
-        self.deliveries += other.deliveries;
-        for (a, b) in self.faults.iter_mut().zip(other.faults) {
-            *a += b;
-        }
-        self.redelivered += other.redelivered;
-        self.reconciler_runs += other.reconciler_runs;
-        self.closes += other.closes;
-        self.collisions += other.collisions;
-    }
-}
-
-/// One message in the model's queue: its id, body, and whether an earlier delivery of it was
-/// answered as a retry (a lost response may have committed it: its verdict may then be a
-/// duplicate of itself).
-type Queued = (String, Value, bool);
-
 /// Issue 30: three warm instances, each delivery to a random one, batch sizes 1 and up to 10,
-/// faults at random request indices (throttling past the SDK's retries, a 5xx, a response lost
-/// after the commit, a cancelling concurrent transaction), operators' resends and collisions,
-/// the reconciler's expiry and the daily business-day close between deliveries. What a batch
-/// answers as a retry comes back first, as SQS does; every final verdict equals the ledger's,
-/// and whenever nothing is owed a redelivery every account equals the ledger's — balances,
-/// allocations, events, nothing parked that is ready.
+/// FIFO and standard order, faults at random request indices (throttling past the SDK's
+/// retries, a 5xx, a response lost after the commit, a cancelling concurrent transaction),
+/// operators' resends and collisions, the reconciler's expiry and the daily business-day close
+/// between deliveries (`integration_tests::soak`): every final verdict equals the ledger's, and
+/// whenever nothing is owed a redelivery every account equals the ledger's. It fails on the
+/// code before a failed loan condition made a snapshot stale (a ready reversal left behind).
 async fn when_instances_and_the_reconciler_interleave_should_match_the_ledger_at_every_step(
     engine: Engine,
 ) {
     let cases = (0..MODEL_CASES).map(|seed| async move {
-        let servicing = &Servicing::with_stream(engine, false).await;
-        let mut rng = Rng(seed * 7_777_777 + 3);
-        let accounts: Vec<String> = (0..3).map(|a| format!("acc_w{seed}_{a}")).collect();
-        // Interleave the accounts, keeping each one's order.
-        let mut per: Vec<std::collections::VecDeque<Value>> = accounts
-            .iter()
-            .map(|account| stream(&mut rng, account).into())
-            .collect();
-        let mut queue: std::collections::VecDeque<Queued> = Default::default();
-        let mut message = 0usize;
-        while per.iter().any(|q| !q.is_empty()) {
-            let live: Vec<usize> = (0..per.len()).filter(|&i| !per[i].is_empty()).collect();
-            if let Some(v) = per[live[rng.below(live.len())]].pop_front() {
-                message += 1;
-                queue.push_back((format!("m{message}"), v, false));
-            }
-        }
-        let plans: Vec<FaultPlan> = (0..INSTANCES).map(|_| FaultPlan::default()).collect();
-        let instances: Vec<AccountStateHandler> = plans
-            .iter()
-            .map(|plan| servicing.faulty_handler(servicing.config(), plan))
-            .collect();
-        let largest_batch = if seed % 2 == 0 { 1 } else { 10 };
-        let mut ledger = Ledger::new();
-        let mut delivered: Vec<Value> = Vec::new();
-        let mut tally = Tally::default();
-        // Owed a redelivery: answered as a retry, not yet delivered again.
-        let mut owed = 0usize;
-        let mut step = 0usize;
-        while !queue.is_empty() || step < 8 {
-            step += 1;
-            assert!(step < 2_000, "case {seed} does not settle: {queue:?}");
-            let context = format!("{engine:?} case {seed} step {step}");
-            match rng.below(10) {
-                // The reconciler: everything parked so far has waited past the retention.
-                0 if owed == 0 => {
-                    let expired = expire_everything(servicing).await;
-                    let want = ledger.expire_parked(i64::MAX) as u64;
-                    assert_eq!(expired, want, "{context}: expired");
-                    tally.reconciler_runs += 1;
-                }
-                // The daily close of a business date up to two months after the facts: the
-                // accounts it finds are the ledger's accounts past due then; their closes go
-                // to the head of the queue.
-                1 if owed == 0 => {
-                    let date = chrono::NaiveDate::from_ymd_opt(2026, 9, 15).expect("date")
-                        + chrono::Days::new(rng.below(60) as u64);
-                    let store = servicing.store("aging");
-                    let mut found: Vec<String> = store
-                        .accounts_in_arrears(date)
-                        .await
-                        .expect("arrears")
-                        .iter()
-                        .map(|a| a.as_str().to_owned())
-                        .collect();
-                    let mut want: Vec<String> = ledger
-                        .accounts()
-                        .filter(|a| a.past_due_at(date))
-                        .map(|a| a.account_id.as_str().to_owned())
-                        .collect();
-                    found.sort();
-                    want.sort();
-                    assert_eq!(found, want, "{context}: accounts in arrears on {date}");
-                    for account in found.iter().rev() {
-                        let id = servicing_domain::AccountId::parse(account).expect("id");
-                        let close =
-                            servicing_domain::ServicingEvent::business_day_closed(&id, date)
-                                .canonical_json();
-                        message += 1;
-                        queue.push_front((format!("m{message}"), close, false));
-                    }
-                    tally.closes += found.len();
-                }
-                // An operator resends something already delivered (a replay, a resend after
-                // expiry) or a producer sends another payload under a known identity.
-                2 if owed == 0 && !delivered.is_empty() => {
-                    let mut body = delivered[rng.below(delivered.len())].clone();
-                    if rng.below(3) == 0 && body.get("amountMinor").is_some() {
-                        body["amountMinor"] =
-                            (body["amountMinor"].as_i64().unwrap_or(0) + 1).into();
-                        tally.collisions += 1;
-                    }
-                    message += 1;
-                    queue.push_front((format!("m{message}"), body, false));
-                }
-                _ if !queue.is_empty() => {
-                    let take = (1 + rng.below(largest_batch)).min(queue.len());
-                    let batch: Vec<Queued> = queue.drain(..take).collect();
-                    let to = rng.below(INSTANCES);
-                    if rng.below(3) == 0 {
-                        let kind = rng.below(FAULTS.len());
-                        plans[to].at_request(rng.below(4) as u64, FAULTS[kind]);
-                        tally.faults[kind] += 1;
-                    }
-                    let refs: Vec<(&str, Value)> = batch
-                        .iter()
-                        .map(|(i, b, _)| (i.as_str(), b.clone()))
-                        .collect();
-                    let got = process(&instances[to], &refs).await;
-                    tally.deliveries += 1;
-                    let mut again = Vec::new();
-                    for ((id, body, retried), got) in batch.into_iter().zip(got) {
-                        if retried {
-                            owed -= 1;
-                            tally.redelivered += 1;
-                        }
-                        if matches!(got, MessageResult::Retry { .. }) {
-                            owed += 1;
-                            again.push((id, body, true));
-                            continue;
-                        }
-                        let want = expected(&ledger.ingest(body.to_string().as_bytes()));
-                        // A retried delivery whose commit did happen (its response lost) finds
-                        // its own claim: a duplicate of itself.
-                        let itself = retried && got == MessageResult::Duplicate;
-                        assert!(
-                            got == want || itself,
-                            "{context}: {id} on instance {to}: got {got:?}, want {want:?}: {body}"
-                        );
-                        delivered.push(body);
-                    }
-                    // Redelivered first, in their order, as SQS brings back a group.
-                    for queued in again.into_iter().rev() {
-                        queue.push_front(queued);
-                    }
-                }
-                _ => {}
-            }
-            if owed == 0 {
-                servicing
-                    .assert_accounts_match(&ledger, &accounts, &context)
-                    .await;
-            }
-        }
-        servicing.drop_table().await;
-        tally
+        let servicing = Servicing::with_stream(engine, false).await;
+        let config = SoakConfig {
+            seed,
+            accounts: 3,
+            instances: 3,
+            largest_batch: if seed.is_multiple_of(2) { 1 } else { 10 },
+            fifo: !seed.is_multiple_of(3),
+            duplicate_percent: 0,
+            fault_percent: 33,
+            kill_percent: 0,
+        };
+        soak::run_case(&servicing, &config).await
     });
     let mut tally = Tally::default();
     for case in futures_util::stream::iter(cases)
@@ -514,22 +305,17 @@ async fn when_instances_and_the_reconciler_interleave_should_match_the_ledger_at
         .collect::<Vec<Tally>>()
         .await
     {
-        tally.add(&case);
+        tally.add(case);
     }
-    let faults: Vec<String> = FAULTS
-        .iter()
-        .zip(tally.faults)
-        .map(|(kind, n)| format!("{kind:?} {n}"))
-        .collect();
     record_figure(&format!(
-        "model-based warm instances ({engine:?}): {MODEL_CASES} cases, {INSTANCES} instances, batch sizes 1 and up to 10: {} deliveries ({} redeliveries), faults armed: {}, {} collisions sent, {} reconciler runs, {} closes",
-        tally.deliveries,
-        tally.redelivered,
-        faults.join(", "),
-        tally.collisions,
-        tally.reconciler_runs,
-        tally.closes
+        "model-based warm instances ({engine:?}): 3 instances, batch sizes 1 and up to 10: {}",
+        tally.line()
     ));
+    assert!(
+        tally.differences.is_empty(),
+        "{engine:?}: {}",
+        tally.differences[..tally.differences.len().min(5)].join("\n")
+    );
     // The model must reach what it claims: otherwise it proves less than its figure says.
     assert!(tally.redelivered > 0 && tally.faults.iter().all(|n| *n > 0));
     assert!(tally.collisions > 0 && tally.reconciler_runs > 0 && tally.closes > 0);

@@ -74,6 +74,7 @@ pub mod lambda;
 pub mod routing;
 pub mod schema;
 pub mod servicing;
+pub mod soak;
 pub mod streams;
 
 /// xorshift64: reproducible randomness without a dependency.

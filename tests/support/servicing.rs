@@ -383,6 +383,17 @@ impl Servicing {
     /// allocations and delinquency history, the outbox events, and nothing left parked on them
     /// (nor waiting, ready, for a release that never came).
     pub async fn assert_accounts_match(&self, ledger: &Ledger, accounts: &[String], context: &str) {
+        let differences = self.account_differences(ledger, accounts).await;
+        assert!(
+            differences.is_empty(),
+            "{context}:\n{}",
+            differences.join("\n")
+        );
+    }
+
+    /// How the stored state of `accounts` differs from the ledger's (empty: it does not), one
+    /// line per difference: the report, the outbox, the parked facts.
+    pub async fn account_differences(&self, ledger: &Ledger, accounts: &[String]) -> Vec<String> {
         let report = ledger.report();
         let expected: BTreeMap<&str, &Value> = report["accounts"]
             .as_array()
@@ -391,16 +402,18 @@ impl Servicing {
             .map(|a| (a["accountId"].as_str().unwrap_or_default(), a))
             .collect();
         let store = self.store("account-state");
+        let mut differences = Vec::new();
         for account in accounts {
             let id = AccountId::parse(account).expect("account id");
             let stored = servicing_ops::report::account_report(&store, &id)
                 .await
                 .expect("report");
-            assert_eq!(
-                stored.as_ref(),
-                expected.get(account.as_str()).copied(),
-                "{context}: account {account}"
-            );
+            let want = expected.get(account.as_str()).copied();
+            if stored.as_ref() != want {
+                differences.push(format!(
+                    "account {account}\n  stored: {stored:?}\n  ledger: {want:?}"
+                ));
+            }
             let mut want: Vec<Value> = ledger
                 .outbox()
                 .iter()
@@ -411,7 +424,11 @@ impl Servicing {
             let by_id = |v: &Value| v["eventId"].as_str().unwrap_or_default().to_owned();
             want.sort_by_key(by_id);
             got.sort_by_key(by_id);
-            assert_eq!(got, want, "{context}: outbox of {account}");
+            if got != want {
+                differences.push(format!(
+                    "outbox of {account}\n  stored: {got:?}\n  ledger: {want:?}"
+                ));
+            }
             let mut want_parked: Vec<String> = ledger
                 .parked()
                 .filter(|(a, _)| a.as_str() == account)
@@ -426,8 +443,13 @@ impl Servicing {
                 .unwrap_or_default();
             want_parked.sort();
             parked.sort();
-            assert_eq!(parked, want_parked, "{context}: parked on {account}");
+            if parked != want_parked {
+                differences.push(format!(
+                    "parked on {account}: stored {parked:?}, ledger {want_parked:?}"
+                ));
+            }
         }
+        differences
     }
 
     /// Every distinct fact of `bodies` has exactly one claim, and the claims' verdicts add up
