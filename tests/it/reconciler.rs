@@ -18,7 +18,77 @@ on_both_engines!(
     when_one_account_has_a_problem_should_expire_every_other_and_report_it,
     when_a_request_fails_for_one_account_should_go_on_with_the_others,
     when_a_parked_fact_stays_ready_should_send_it_back_to_be_released,
+    when_a_fact_parked_long_ago_has_just_become_ready_should_not_count_it_as_left_ready,
 );
+
+/// Issue 30: the 5-minute grace for a ready fact counted from when it was parked, so a fact
+/// parked an hour ago and made ready a moment ago was reported `ReadyNotReleased` (and sent
+/// back) while its release was still under way. The grace counts from when it became ready.
+async fn when_a_fact_parked_long_ago_has_just_become_ready_should_not_count_it_as_left_ready(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let store = servicing.store("account-state");
+    let now = servicing_ops::epoch_seconds();
+    let account = servicing_domain::AccountId::parse("acc_ready_late").expect("id");
+    let ready = |id: &str, ready_at: i64| servicing_domain::ParkedFact {
+        seq: 1,
+        source: servicing_domain::SourceRef::new("psp", id).expect("source"),
+        fingerprint: servicing_domain::Fingerprint::from_stored(format!("sha256:{id}")),
+        awaits: None,
+        parked_at: now - 3_600,
+        message_id: format!("m-{id}"),
+        body: fee("acc_ready_late", id, 4, 100).to_string(),
+        body_apart: false,
+        ready_at: Some(ready_at),
+    };
+    let mut parked = servicing_domain::ParkedFacts::default();
+    for (n, fact) in [ready("just", now - 10), ready("long", now - 600)]
+        .into_iter()
+        .enumerate()
+    {
+        let arrival = servicing_domain::Arrival {
+            source: &fact.source,
+            fingerprint: &fact.fingerprint,
+            message_id: &fact.message_id,
+            body: &fact.body,
+            now: fact.parked_at,
+        };
+        parked.park(arrival, servicing_domain::Deferral::AccountNotOpened);
+        let last = parked.iter_mut().last().expect("parked");
+        *last = servicing_domain::ParkedFact {
+            seq: n as u64 + 1,
+            ..fact
+        };
+    }
+    let loan = servicing_store::LoanItem {
+        account_id: account.clone(),
+        account: None,
+        version: 1,
+        recent: Default::default(),
+        parked,
+    };
+    let write = servicing_store::LoanWrite::Put {
+        item: &loan,
+        expected: None,
+        apart_before: &[],
+    };
+    let outcome = store.commit_all(&[], Some(write)).await.expect("written");
+    assert_eq!(outcome, [servicing_store::CommitOutcome::Committed]);
+    let expiry = servicing_ops::parked::expire(&store, now, WEEK)
+        .await
+        .expect("expire");
+    let left: Vec<String> = expiry
+        .ready
+        .iter()
+        .map(|v| v.fact.source.event_id.clone())
+        .collect();
+    assert_eq!(
+        left,
+        ["long"],
+        "{engine:?}: only the one ready for ten minutes"
+    );
+}
 
 const WEEK: Duration = Duration::from_secs(7 * 86_400);
 
@@ -39,10 +109,11 @@ fn later() -> i64 {
 async fn when_one_account_has_a_problem_should_expire_every_other_and_report_it(engine: Engine) {
     let servicing = Servicing::with_stream(engine, false).await;
     let handler = servicing.handler();
-    // 500 fees parked before an opening that never comes: more than the rounds of one
-    // transaction each (49 facts) the run used to allow.
+    // An account's bound of fees parked before an opening that never comes: more than one
+    // transaction's worth (33 facts) in several rounds.
     let many = "acc_many_parked";
-    for chunk in (0..500).collect::<Vec<_>>().chunks(10) {
+    let bound = servicing_domain::MAX_PARKED_FACTS;
+    for chunk in (0..bound).collect::<Vec<_>>().chunks(10) {
         let bodies: Vec<Value> = chunk
             .iter()
             .map(|i| fee(many, &format!("fee-{i}"), 3, 1))
@@ -93,7 +164,7 @@ async fn when_one_account_has_a_problem_should_expire_every_other_and_report_it(
     let expiry = servicing_ops::parked::expire(&store, later(), WEEK)
         .await
         .expect("the run goes on whatever one account holds");
-    assert_eq!(expiry.missing, 501, "{:?}", expiry.problems);
+    assert_eq!(expiry.missing, bound as u64 + 1, "{:?}", expiry.problems);
     assert_eq!(expiry.problems.len(), 2, "{:?}", expiry.problems);
     assert!(
         expiry
@@ -121,7 +192,7 @@ async fn when_one_account_has_a_problem_should_expire_every_other_and_report_it(
         "listing names the item: {left:?}"
     );
     let quarantined = servicing.quarantine().await;
-    assert_eq!(quarantined.len(), 501);
+    assert_eq!(quarantined.len(), bound + 1);
 }
 
 async fn when_a_request_fails_for_one_account_should_go_on_with_the_others(engine: Engine) {

@@ -51,6 +51,19 @@ pub struct ParkedFact {
     /// with the loan item: `body` is always the fact's body in memory).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub body_apart: bool,
+    /// When its awaited fact was applied (epoch seconds; `None` while it waits, or when the
+    /// writer did not say): how long a ready fact has been left unreleased counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<i64>,
+}
+
+impl ParkedFact {
+    /// Whether it has been ready — its awaited fact applied — for longer than `grace` at `now`
+    /// without being released. A writer that did not record when it became ready is judged by
+    /// when it was parked (never later than ready).
+    pub fn ready_longer_than(&self, grace: i64, now: i64) -> bool {
+        self.awaits.is_none() && now - self.ready_at.unwrap_or(self.parked_at) > grace
+    }
 }
 
 /// An account's parked facts, in order of receipt.
@@ -146,6 +159,7 @@ impl ParkedFacts {
             message_id: arrival.message_id.to_owned(),
             body: arrival.body.to_owned(),
             body_apart,
+            ready_at: None,
         });
     }
 
@@ -163,6 +177,7 @@ impl ParkedFacts {
     /// else now; it keeps its place in the order of receipt.
     pub fn park_again(&mut self, mut fact: ParkedFact, awaits: Deferral) {
         fact.awaits = Some(awaits);
+        fact.ready_at = None;
         let at = self.0.partition_point(|p| p.seq < fact.seq);
         self.0.insert(at, fact);
     }
@@ -175,6 +190,16 @@ impl ParkedFacts {
 
     pub fn has_ready(&self) -> bool {
         self.0.iter().any(|p| p.awaits.is_none())
+    }
+
+    /// [`Self::on_applied`], recording `now` as the moment they became ready.
+    pub fn on_applied_at(&mut self, event: &ServicingEvent, now: i64) {
+        self.on_applied(event);
+        for fact in &mut self.0 {
+            if fact.awaits.is_none() && fact.ready_at.is_none() {
+                fact.ready_at = Some(now);
+            }
+        }
     }
 
     /// `event` was just applied to this account: the facts waiting for it become ready. A

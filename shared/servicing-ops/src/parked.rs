@@ -153,7 +153,7 @@ impl Expiring<'_> {
                     current
                         .parked
                         .iter()
-                        .filter(|f| f.awaits.is_none() && f.parked_at < self.now - READY_GRACE_SECS)
+                        .filter(|f| f.ready_longer_than(READY_GRACE_SECS, self.now))
                         .map(|fact| ParkedView {
                             account: current.account_id.clone(),
                             fact: fact.clone(),

@@ -259,7 +259,7 @@ impl Plan {
                     Subject::Released(r) => r.event.as_ref(),
                 };
                 if let Some(event) = event {
-                    self.loan.parked.on_applied(event);
+                    self.loan.parked.on_applied_at(event, now);
                 }
                 self.bump();
             }

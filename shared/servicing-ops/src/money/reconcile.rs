@@ -225,7 +225,9 @@ pub async fn reconcile_money(
     // Parked facts whose awaited fact applied, never released.
     let store = ServicingStore::new(client.clone(), StoreConfig::new(table, "account-state"));
     for view in crate::parked::list(&store).await? {
-        if view.fact.awaits.is_none() && now - view.fact.parked_at > crate::parked::READY_GRACE_SECS
+        if view
+            .fact
+            .ready_longer_than(crate::parked::READY_GRACE_SECS, now)
         {
             report.problems.push(format!(
                 "a parked fact is ready but not released: {}",
