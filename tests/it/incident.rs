@@ -227,6 +227,21 @@ async fn when_a_provider_redelivers_and_resends_under_new_ids_should_reconstruct
     let json = report.to_json();
     let problems = violations(&load("incident-report.schema.json"), &json);
     assert!(problems.is_empty(), "{problems:?}");
+    // Issue 30: the records begin within the 24-hour lookback, so a zero would not be clean:
+    // the report says from when it compared, never a bare count.
+    assert!(
+        json["totals"]["suspectedDuplicatesCheckedFrom"].is_string(),
+        "{engine:?}: {}",
+        json["totals"]
+    );
+    assert!(
+        report
+            .summary()
+            .iter()
+            .any(|l| l.contains("do not reach back over the 1440-minute lookback")),
+        "{:?}",
+        report.summary()
+    );
 
     // Account by account, the ground truth.
     let found: BTreeMap<String, Truth> = json["accounts"]

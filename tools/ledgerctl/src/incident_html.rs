@@ -60,6 +60,14 @@ pub fn render(report: &IncidentReport) -> anyhow::Result<String> {
         t.unique_facts,
         t.suspected_duplicates
     )?;
+    if let Some(from) = &t.suspected_duplicates_checked_from {
+        writeln!(
+            html,
+            "<p class=\"flag\">Suspected duplicates were looked for only among payments applied from {}: the records given do not reach back over the {}-minute lookback.</p>",
+            escape(from),
+            report.filters.lookback_minutes
+        )?;
+    }
     html.push_str("<table><tr><th>currency</th><th>applied</th><th>reversed</th><th>duplicates absorbed</th></tr>\n");
     for (currency, money) in &t.by_currency {
         let get = |k: &str| minor(money.get(k).copied().unwrap_or_default());

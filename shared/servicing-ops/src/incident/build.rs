@@ -115,6 +115,7 @@ pub fn report(
     totals.unique_facts = identities.len() as u64;
     totals.suspected_duplicates = suspected.len() as u64;
     totals.suspected_duplicate_amount_minor = suspected.iter().map(|s| s.amount_minor).sum();
+    totals.suspected_duplicates_checked_from = lookback_uncovered(query, collected);
 
     let mut queries = vec![format!(
         "decision records of {} decided in [{}, {}){}{}; other consumers' records on the accounts touched; applied facts from {} on compared by content key",
@@ -247,6 +248,18 @@ fn suspected_duplicates(query: &Query, collected: &Collected) -> Vec<SuspectedDu
         });
     }
     out
+}
+
+/// When the records given begin after the lookback's start, the time they begin (or the
+/// window's start, with none before it): suspected duplicates were only looked for from there.
+fn lookback_uncovered(query: &Query, collected: &Collected) -> Option<String> {
+    let since = query.from - query.lookback;
+    let earliest = collected.records.iter().map(|t| t.at).min();
+    match earliest {
+        Some(first) if first <= since => None,
+        Some(first) => Some(format_time(first.min(query.from))),
+        None => Some(format_time(query.from)),
+    }
 }
 
 /// Deliveries (not re-judged parked facts) and duplicates per minute and bounded source.

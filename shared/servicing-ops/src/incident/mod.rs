@@ -204,6 +204,10 @@ pub struct Totals {
     pub unique_facts: u64,
     pub suspected_duplicates: u64,
     pub suspected_duplicate_amount_minor: i64,
+    /// Set when the records given start after the lookback's start: applied payments were
+    /// compared from this time only, and a zero above is not a clean one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspected_duplicates_checked_from: Option<String>,
     pub by_source: BTreeMap<String, Counts>,
     /// Money by currency: `{appliedAmountMinor, reversedAmountMinor, duplicateAmountMinor}`.
     pub by_currency: BTreeMap<String, BTreeMap<String, i64>>,
@@ -258,6 +262,12 @@ impl IncidentReport {
                 .saturating_sub(t.counts.applied + t.counts.duplicates + t.counts.collisions),
             t.suspected_duplicates
         )];
+        if let Some(from) = &t.suspected_duplicates_checked_from {
+            out.push(format!(
+                "  suspected duplicates checked only among payments applied from {from}: the records given do not reach back over the {}-minute lookback",
+                self.filters.lookback_minutes
+            ));
+        }
         for (currency, money) in &t.by_currency {
             out.push(format!(
                 "  {currency}: applied {}, reversed {}, duplicates absorbed {}",
