@@ -1,16 +1,18 @@
 //! A fault at every request of a run, not only at the first commit (architecture invariant 10):
 //! for each generated stream (the ordering property's: facts that wait for another delivered
 //! early, duplicates injected, random batch cuts), a clean run counts the DynamoDB requests it
-//! makes; then, for every request number N of that run and every fault kind — throttling past
-//! the SDK's retries, a 5xx, a commit whose response is lost, a commit cancelled by a
-//! concurrent transaction — a fresh run faults request N
+//! makes, each identified by its operation and the account it touches (accounts run side by
+//! side: request N of one run need not be request N of another); then, for every such request
+//! and every fault kind that differs there — throttling past the SDK's retries and a 5xx for
+//! any request, a response lost after the commit and a cancelling concurrent transaction for a
+//! commit — a fresh run faults that request
 //! (whatever its kind: a read, a commit, a release's commit, a quarantine write) and
 //! redelivers what it reports failed, as SQS would. Every run must end in the in-memory
 //! ledger's state: balances, allocations, outbox events, claims, nothing left parked.
 
 use account_state::{AccountStateHandler, MessageResult};
 use futures_util::StreamExt;
-use integration_tests::faults::{Fault, FaultPlan};
+use integration_tests::faults::{Fault, FaultPlan, Signature};
 use integration_tests::generate::ordering_case;
 use integration_tests::servicing::{Servicing, sqs_message};
 use integration_tests::{Engine, Rng, record_figure};
@@ -49,16 +51,9 @@ fn case(seed: u64, tag: &str) -> Case {
 }
 
 /// Delivers the case in batch cuts drawn from `seed` (the same for every run of a case), each
-/// failed message back at the head of the queue with its receive count raised; the requests
-/// the run made. After each batch, an account whose messages were all acknowledged holds no
-/// parked fact that is ready.
-async fn deliver(
-    servicing: &Servicing,
-    handler: &AccountStateHandler,
-    faults: &FaultPlan,
-    case: &Case,
-    seed: u64,
-) -> u64 {
+/// failed message back at the head of the queue with its receive count raised. After each
+/// batch, an account whose messages were all acknowledged holds no parked fact that is ready.
+async fn deliver(servicing: &Servicing, handler: &AccountStateHandler, case: &Case, seed: u64) {
     let mut rng = Rng(seed + 7_919);
     let mut queue: std::collections::VecDeque<(String, &String, u32)> = case
         .bodies
@@ -92,35 +87,52 @@ async fn deliver(
             }
         }
     }
-    faults.requests()
 }
 
 async fn when_any_request_of_a_run_fails_should_still_reach_the_ledger_state(engine: Engine) {
     let mut runs = 0usize;
+    let mut by_operation: std::collections::BTreeMap<String, usize> = Default::default();
     for seed in 0..STREAMS {
-        let clean = case(seed, "clean");
+        let clean = case(seed, "sweep");
         let faults = FaultPlan::default();
         let servicing = &Servicing::with_stream(engine, false).await;
         let handler = servicing.faulty_handler(servicing.config(), &faults);
-        let requests = deliver(servicing, &handler, &faults, &clean, seed).await;
+        deliver(servicing, &handler, &clean, seed).await;
         let context = format!("{engine:?} stream {seed}, no fault");
         servicing
             .assert_accounts_match(&clean.ledger, &clean.accounts, &context)
             .await;
         servicing.drop_table().await;
-        let plans: Vec<(u64, Fault)> = (0..requests)
-            .flat_map(|n| KINDS.into_iter().map(move |kind| (n, kind)))
+        // Every request of the clean run by what it does (the same accounts in every run, each
+        // run on its own table), and only the faults that differ there: a read cannot be
+        // cancelled by a concurrent transaction, nor lose a response that changed anything.
+        let signatures: std::collections::BTreeSet<Signature> =
+            faults.signatures().into_iter().collect();
+        let plans: Vec<(Signature, Fault)> = signatures
+            .into_iter()
+            .flat_map(|signature| {
+                let commit = signature.operation == "TransactWriteItems";
+                KINDS
+                    .into_iter()
+                    .filter(move |kind| {
+                        commit || matches!(kind, Fault::Throttle | Fault::ServerError)
+                    })
+                    .map(move |kind| (signature.clone(), kind))
+            })
             .collect();
         runs += plans.len();
-        let faulted = plans.into_iter().map(|(n, kind)| async move {
-            let case = case(seed, &format!("{kind:?}{n}").to_lowercase());
+        for (signature, _) in &plans {
+            *by_operation.entry(signature.operation.clone()).or_default() += 1;
+        }
+        let faulted = plans.into_iter().map(|(signature, kind)| async move {
+            let case = case(seed, "sweep");
             let faults = FaultPlan::default();
-            faults.at_request(n, kind);
+            let context = format!("{engine:?} stream {seed}, {kind:?} at {signature}");
+            faults.at_signature(signature, kind);
             // A table per run (the checks scan it) and a fresh instance: a cold cache.
             let servicing = &Servicing::with_stream(engine, false).await;
             let handler = servicing.faulty_handler(servicing.config(), &faults);
-            deliver(servicing, &handler, &faults, &case, seed).await;
-            let context = format!("{engine:?} stream {seed}, {kind:?} at request {n}");
+            deliver(servicing, &handler, &case, seed).await;
             assert_eq!(faults.pending(), 0, "{context}: the fault was never taken");
             servicing
                 .assert_claims_match(&case.ledger, &case.bodies, &context)
@@ -136,6 +148,10 @@ async fn when_any_request_of_a_run_fails_should_still_reach_the_ledger_state(eng
             .await;
     }
     record_figure(&format!(
-        "fault sweep ({engine:?}): {runs} faulted runs over {STREAMS} generated streams, every request index × {{throttle, 5xx, lost response, transaction conflict}}"
+        "fault sweep ({engine:?}): {runs} faulted runs over {STREAMS} generated streams, every request by operation and account (requests faulted per operation: {by_operation:?}) x {{throttle, 5xx}}, commits also x {{lost response, transaction conflict}}"
     ));
+    assert!(
+        by_operation.contains_key("TransactWriteItems") && by_operation.len() >= 2,
+        "{engine:?}: the sweep reached {by_operation:?}"
+    );
 }

@@ -44,6 +44,28 @@ pub enum Fault {
     Slow(std::time::Duration),
 }
 
+/// A request identified by what it does, not by when it comes: the `nth` (from 0) request of
+/// `operation` (`GetItem`, `TransactWriteItems`, …) that touches `account`'s loan item (`""`:
+/// none, e.g. a quarantine write). Accounts run side by side, so request N of one run need not
+/// be request N of another; the nth commit of an account is the same in every run up to a fault.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Signature {
+    pub operation: String,
+    pub account: String,
+    pub nth: u64,
+}
+
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let account = if self.account.is_empty() {
+            "no account"
+        } else {
+            &self.account
+        };
+        write!(f, "{} #{} of {account}", self.operation, self.nth)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct FaultPlan(Arc<Mutex<PlanState>>);
 
@@ -56,6 +78,11 @@ struct PlanState {
     armed_commits: Vec<(u64, Fault)>,
     requests: u64,
     commits: u64,
+    /// Faults armed for a request by what it does.
+    armed_signatures: Vec<(Signature, Fault)>,
+    /// Requests seen per (operation, account), and every request's signatures in order.
+    seen: std::collections::HashMap<(String, String), u64>,
+    signatures: Vec<Signature>,
     /// When each request was handed to the connector, in order.
     started: Vec<std::time::SystemTime>,
 }
@@ -67,7 +94,21 @@ impl FaultPlan {
 
     pub fn pending(&self) -> usize {
         let state = self.state();
-        state.queued.len() + state.armed.len() + state.armed_commits.len()
+        state.queued.len()
+            + state.armed.len()
+            + state.armed_commits.len()
+            + state.armed_signatures.len()
+    }
+
+    /// Arms `fault` for the request `signature` names, whenever it comes.
+    pub fn at_signature(&self, signature: Signature, fault: Fault) {
+        self.state().armed_signatures.push((signature, fault));
+    }
+
+    /// The signatures of every request so far, in order (a request touching several accounts'
+    /// loan items — group commit — has one per account).
+    pub fn signatures(&self) -> Vec<Signature> {
+        self.state().signatures.clone()
     }
 
     /// Arms `fault` for the `n`th commit (`TransactWriteItems`) from now (0: the next one),
@@ -104,11 +145,40 @@ impl FaultPlan {
 
     /// The fault this request takes: the armed one when its number comes, else the next queued
     /// one if it applies to a commit (`commit`) or is a panic.
-    fn next_for(&self, commit: bool) -> Option<Fault> {
+    fn next_for(&self, request: &HttpRequest) -> Option<Fault> {
+        let operation = request
+            .headers()
+            .get("x-amz-target")
+            .and_then(|t| t.rsplit('.').next())
+            .unwrap_or_default()
+            .to_owned();
+        let commit = operation == "TransactWriteItems";
+        let accounts = loan_accounts(request.body().bytes().unwrap_or_default());
         let mut state = self.state();
         let number = state.requests;
         state.requests += 1;
         state.started.push(std::time::SystemTime::now());
+        let mut signatures = Vec::new();
+        for account in accounts {
+            let seen = state
+                .seen
+                .entry((operation.clone(), account.clone()))
+                .or_default();
+            signatures.push(Signature {
+                operation: operation.clone(),
+                account,
+                nth: *seen,
+            });
+            *seen += 1;
+        }
+        state.signatures.extend(signatures.iter().cloned());
+        if let Some(i) = state
+            .armed_signatures
+            .iter()
+            .position(|(s, _)| signatures.contains(s))
+        {
+            return Some(state.armed_signatures.swap_remove(i).1);
+        }
         if let Some(i) = state.armed.iter().position(|(at, _)| *at == number) {
             return Some(state.armed.swap_remove(i).1);
         }
@@ -172,6 +242,24 @@ struct FaultyConnector {
     plan: FaultPlan,
 }
 
+/// The accounts whose loan items a request names (`LOAN#<account>` keys), each once, in
+/// order; `[""]` when it names none.
+fn loan_accounts(body: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(body);
+    let mut accounts: Vec<String> = Vec::new();
+    for (at, _) in text.match_indices("\"LOAN#") {
+        let rest = &text[at + 6..];
+        let account: String = rest.chars().take_while(|c| *c != '"').collect();
+        if !accounts.contains(&account) {
+            accounts.push(account);
+        }
+    }
+    if accounts.is_empty() {
+        accounts.push(String::new());
+    }
+    accounts
+}
+
 /// A DynamoDB error answer (awsJson 1.0), status 400.
 fn answer(kind: &str, extra: Value) -> Response<SdkBody> {
     answer_with(400, kind, extra)
@@ -201,7 +289,7 @@ impl HttpConnector for FaultyConnector {
             .headers()
             .get("x-amz-target")
             .is_some_and(|t| t.ends_with(".TransactWriteItems"));
-        match self.plan.next_for(commit) {
+        match self.plan.next_for(&request) {
             None => self.inner.call(request),
             Some(Fault::Throttle) => {
                 HttpConnectorFuture::ready(Ok(answer("ThrottlingException", json!({}))))
