@@ -316,7 +316,16 @@ async fn when_instances_and_the_reconciler_interleave_should_match_the_ledger_at
         "{engine:?}: {}",
         tally.differences[..tally.differences.len().min(5)].join("\n")
     );
-    // The model must reach what it claims: otherwise it proves less than its figure says.
-    assert!(tally.redelivered > 0 && tally.faults.iter().all(|n| *n > 0));
-    assert!(tally.collisions > 0 && tally.reconciler_runs > 0 && tally.closes > 0);
+    // The model must reach what docs/testing.md claims: otherwise it proves less than it says.
+    assert!(
+        tally.deliveries >= 1_200 && tally.redelivered >= 300,
+        "{engine:?}: {}",
+        tally.line()
+    );
+    assert!(tally.faults.iter().all(|n| *n >= 50), "{}", tally.line());
+    assert!(
+        tally.collisions >= 20 && tally.reconciler_runs >= 100 && tally.closes >= 50,
+        "{}",
+        tally.line()
+    );
 }
