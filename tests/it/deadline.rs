@@ -175,15 +175,7 @@ async fn when_a_request_hangs_in_a_three_second_invocation_should_answer_before_
             took < timeout,
             "{engine:?}, request {hung} hung: answered after {took:?}, past the 3 s deadline"
         );
-        let mut queue: VecDeque<(String, String, u32)> = report
-            .results
-            .iter()
-            .filter(|(_, r)| matches!(r, MessageResult::Retry { .. }))
-            .map(|(id, _)| {
-                let i: usize = id[1..].parse().expect("m<i>");
-                (id.clone(), bodies[i].clone(), 2)
-            })
-            .collect();
+        let mut queue = retried(&report, &bodies);
         assert!(
             !queue.is_empty(),
             "{engine:?}: the hung request left work undone"
@@ -246,15 +238,7 @@ async fn when_any_request_is_slow_past_the_deadline_should_start_none_after_it(e
                 late.is_empty(),
                 "{engine:?}, request {n} slow: requests started {late:?} past the deadline"
             );
-            let mut queue: VecDeque<(String, String, u32)> = report
-                .results
-                .iter()
-                .filter(|(_, r)| matches!(r, MessageResult::Retry { .. }))
-                .map(|(id, _)| {
-                    let i: usize = id[1..].parse().expect("m<i>");
-                    (id.clone(), bodies[i].clone(), 2)
-                })
-                .collect();
+            let mut queue = retried(&report, &bodies);
             let retried = queue.len();
             deliver(
                 servicing,
@@ -282,6 +266,23 @@ async fn when_any_request_is_slow_past_the_deadline_should_start_none_after_it(e
         stopped > 0,
         "{engine:?}: no slow request left anything undone"
     );
+}
+
+/// What a batch of `messages(bodies)` answered as retries, back in SQS's queue for their
+/// second delivery.
+fn retried(
+    report: &account_state::BatchReport,
+    bodies: &[String],
+) -> VecDeque<(String, String, u32)> {
+    report
+        .results
+        .iter()
+        .filter(|(_, r)| matches!(r, MessageResult::Retry { .. }))
+        .map(|(id, _)| {
+            let i: usize = id[1..].parse().expect("m<i>");
+            (id.clone(), bodies[i].clone(), 2)
+        })
+        .collect()
 }
 
 fn messages(bodies: &[String]) -> Vec<aws_lambda_events::event::sqs::SqsMessage> {

@@ -324,44 +324,35 @@ pub async fn run_case(servicing: &Servicing, config: &SoakConfig) -> Tally {
                 let owed_before = batch.iter().filter(|(_, _, retried)| *retried).count();
                 owed -= owed_before;
                 tally.redelivered += owed_before;
-                if rng.below(100) < config.kill_percent {
+                let got = if rng.below(100) < config.kill_percent {
                     // Killed in the middle of the batch: no answer at all, SQS brings every
                     // message back; the instance that replaces it starts cold.
                     let cut = Duration::from_micros(rng.below(20_000) as u64);
-                    let answered = tokio::time::timeout(cut, process(&instances[to], &batch)).await;
-                    if answered.is_err() {
-                        tally.kills += 1;
-                        instances[to] = servicing.faulty_handler(servicing.config(), &plans[to]);
-                        owed += batch.len();
-                        for (id, body, _) in batch.into_iter().rev() {
-                            queue.push_front((id, body, true));
-                        }
-                        continue;
-                    }
-                    let got = answered.unwrap_or_default();
-                    settle(
-                        &mut ledger,
-                        &mut tally,
-                        &mut queue,
-                        &mut owed,
-                        &mut delivered,
-                        batch,
-                        got,
-                        &context,
-                    );
+                    tokio::time::timeout(cut, process(&instances[to], &batch))
+                        .await
+                        .ok()
                 } else {
-                    let got = process(&instances[to], &batch).await;
-                    settle(
-                        &mut ledger,
-                        &mut tally,
-                        &mut queue,
-                        &mut owed,
-                        &mut delivered,
-                        batch,
-                        got,
-                        &context,
-                    );
-                }
+                    Some(process(&instances[to], &batch).await)
+                };
+                let Some(got) = got else {
+                    tally.kills += 1;
+                    instances[to] = servicing.faulty_handler(servicing.config(), &plans[to]);
+                    owed += batch.len();
+                    for (id, body, _) in batch.into_iter().rev() {
+                        queue.push_front((id, body, true));
+                    }
+                    continue;
+                };
+                settle(
+                    &mut ledger,
+                    &mut tally,
+                    &mut queue,
+                    &mut owed,
+                    &mut delivered,
+                    batch,
+                    got,
+                    &context,
+                );
             }
             _ => {}
         }
