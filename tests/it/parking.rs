@@ -21,6 +21,7 @@ on_both_engines!(
     when_a_fact_stays_parked_past_the_retention_should_be_quarantined_and_resendable,
     when_the_response_is_lost_after_parking_or_releasing_should_apply_each_fact_once,
     when_a_payment_is_redelivered_after_its_claim_expired_should_be_a_duplicate,
+    when_a_reversal_is_resent_after_its_claim_expired_should_judge_its_payload,
     when_an_account_holds_parked_facts_past_its_budget_should_still_apply_its_other_facts,
     when_an_account_holds_its_bound_of_parked_facts_should_quarantine_only_the_next_one,
 );
@@ -647,6 +648,65 @@ async fn when_the_response_is_lost_after_parking_or_releasing_should_apply_each_
     );
 }
 
+async fn when_a_reversal_is_resent_after_its_claim_expired_should_judge_its_payload(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let mut config = servicing.config();
+    config.claim_retention = Duration::from_secs(1);
+    let handler = servicing.handler_with(config);
+    let a = "acc_expired_reversal";
+    let reversal = reverse(a, "rev-old", "pay-old", 4, 100);
+    process(
+        &handler,
+        &[
+            ("o", open(a)),
+            ("p", pay(a, "pay-old", 3, 100)),
+            ("r", reversal.clone()),
+        ],
+    )
+    .await;
+    push_out_of_recent_facts(&handler, a).await;
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let (before, _) = servicing.loan(a).await.expect("loan");
+    // Only the payment's mark knows the reversal now: its own payload is a duplicate...
+    let handler = servicing.handler();
+    let results = process(&handler, &[("r-again", reversal)]).await;
+    assert_eq!(results, [MessageResult::Duplicate]);
+    // ...another payload under its identity is a collision, never acknowledged as applied.
+    let other = reverse(a, "rev-old", "pay-old", 5, 100);
+    let results = process(&handler, &[("r-other", other)]).await;
+    assert_eq!(results, [MessageResult::Collision]);
+    let (after, _) = servicing.loan(a).await.expect("loan");
+    assert_eq!(after, before, "nothing applied twice");
+    let quarantined = servicing.quarantine().await;
+    assert!(
+        quarantined
+            .iter()
+            .any(|q| q.source_event_id.as_deref() == Some("rev-old") && q.code == "collision"),
+        "{quarantined:?}"
+    );
+}
+
+/// Fees enough to push every earlier fact out of the loan's recent facts, so only claims and
+/// allocations know them.
+async fn push_out_of_recent_facts(handler: &AccountStateHandler, a: &str) {
+    for chunk in (0..servicing_store::RECENT_FACTS_MAX)
+        .collect::<Vec<_>>()
+        .chunks(10)
+    {
+        let batch: Vec<(String, Value)> = chunk
+            .iter()
+            .map(|i| (format!("f{i}"), fee(a, &format!("fee-{i}"), 4, 1)))
+            .collect();
+        let refs: Vec<(&str, Value)> = batch
+            .iter()
+            .map(|(id, v)| (id.as_str(), v.clone()))
+            .collect();
+        process(handler, &refs).await;
+    }
+}
+
 async fn when_a_payment_is_redelivered_after_its_claim_expired_should_be_a_duplicate(
     engine: Engine,
 ) {
@@ -660,21 +720,7 @@ async fn when_a_payment_is_redelivered_after_its_claim_expired_should_be_a_dupli
         &[("o", open(a)), ("p", pay(a, "pay-old", 3, 100))],
     )
     .await;
-    // Push it out of the loan's recent facts, so only its claim and allocation know it.
-    for chunk in (0..servicing_store::RECENT_FACTS_MAX)
-        .collect::<Vec<_>>()
-        .chunks(10)
-    {
-        let batch: Vec<(String, Value)> = chunk
-            .iter()
-            .map(|i| (format!("f{i}"), fee(a, &format!("fee-{i}"), 4, 1)))
-            .collect();
-        let refs: Vec<(&str, Value)> = batch
-            .iter()
-            .map(|(id, v)| (id.as_str(), v.clone()))
-            .collect();
-        process(&handler, &refs).await;
-    }
+    push_out_of_recent_facts(&handler, a).await;
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     // The claim has expired; the allocation says the payment was applied: a duplicate at once,
     // not a retry loop into the DLQ.

@@ -138,6 +138,11 @@ pub struct StoredAllocation {
     pub applied_on: NaiveDate,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reversed_by: Option<SourceRef>,
+    /// The tag of the reversal's payload, kept with `reversed_by`: a reversal resent after its
+    /// claim expired is a duplicate only with the same payload (absent on marks written before
+    /// the tag was kept: identity alone then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reversal_fact: Option<crate::fingerprint::FactTag>,
 }
 
 impl LoanAccount {

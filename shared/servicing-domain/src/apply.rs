@@ -16,6 +16,10 @@ pub use outcome::{
     AllocationWrite, Applied, Deferral, Outcome, Rejection, ReversalTarget, Staleness,
 };
 
+/// The rejection code of a fact whose identity was applied with another payload, known from
+/// what the state keeps once its claim expired (the store's claim tells the same otherwise).
+pub const COLLISION: &str = "collision";
+
 fn reject(code: &'static str, reason: impl Into<String>) -> Outcome {
     Outcome::Rejected(Rejection {
         code,
@@ -180,6 +184,7 @@ fn step(
                 installments_paid,
                 applied_on: date,
                 reversed_by: None,
+                reversal_fact: None,
             };
             let payload = json!({
                 "payment": {"sourceSystem": event.source.system, "sourceEventId": event.source.event_id},
@@ -212,7 +217,18 @@ fn step(
                 return Ok(mismatch(reversal_of, &target.account_id, &event.account_id));
             }
             if target.reversed_by.as_ref() == Some(&event.source) {
-                return Ok(Outcome::AlreadyApplied);
+                // Its claim expired; the mark on the payment still knows its payload.
+                let tag = FactTag::of(event);
+                return Ok(match &target.reversal_fact {
+                    Some(stored) if stored != &tag => reject(
+                        COLLISION,
+                        format!(
+                            "collision: {} reversed payment {reversal_of} with payload tag {stored}, this payload has {tag}; the first fact stands",
+                            event.source
+                        ),
+                    ),
+                    _ => Outcome::AlreadyApplied,
+                });
             }
             if let Some(by) = &target.reversed_by {
                 return Ok(reject(
@@ -240,6 +256,7 @@ fn step(
             allocation = Some(AllocationWrite::MarkReversed {
                 payment: reversal_of.clone(),
                 reversal: event.source.clone(),
+                fact: FactTag::of(event),
             });
             (detail_types::PAYMENT_REVERSED, payload)
         }

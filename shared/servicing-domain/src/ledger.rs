@@ -27,6 +27,8 @@ pub enum Disposition {
     Stale,
     Duplicate,
     Collision {
+        /// The first fact's fingerprint (its tag, when only the state kept it: a reversal
+        /// resent after its claim expired).
         stored: Fingerprint,
         received: Fingerprint,
     },
@@ -306,9 +308,14 @@ impl Ledger {
                     Some(AllocationWrite::Record(stored)) => {
                         self.allocations.insert(stored.payment.clone(), stored);
                     }
-                    Some(AllocationWrite::MarkReversed { payment, reversal }) => {
+                    Some(AllocationWrite::MarkReversed {
+                        payment,
+                        reversal,
+                        fact,
+                    }) => {
                         if let Some(stored) = self.allocations.get_mut(&payment) {
                             stored.reversed_by = Some(reversal);
+                            stored.reversal_fact = Some(fact);
                         }
                     }
                     None => {}
@@ -326,6 +333,18 @@ impl Ledger {
             }
             Outcome::Stale { .. } => Disposition::Stale,
             Outcome::AlreadyApplied => Disposition::Duplicate,
+            Outcome::Rejected(rejection) if rejection.code == crate::COLLISION => {
+                let received = Fingerprint::of(event);
+                self.quarantine_raw(body, Some(event.source.clone()), rejection.to_string());
+                let stored = event
+                    .reversal_target()
+                    .and_then(|payment| self.allocations.get(payment)?.reversal_fact.clone())
+                    .map_or_else(String::new, |tag| tag.to_string());
+                Disposition::Collision {
+                    stored: Fingerprint::from_stored(stored),
+                    received,
+                }
+            }
             Outcome::Rejected(rejection) => {
                 self.quarantine_raw(body, Some(event.source.clone()), rejection.to_string())
             }

@@ -15,7 +15,8 @@ pub use account::{
     Allocation, Bucket, Installment, InstallmentPayment, LoanAccount, StoredAllocation,
 };
 pub use apply::{
-    AllocationWrite, Applied, Deferral, Outcome, Rejection, ReversalTarget, Staleness, apply,
+    AllocationWrite, Applied, COLLISION, Deferral, Outcome, Rejection, ReversalTarget, Staleness,
+    apply,
 };
 pub use event::{
     CLOSE_SOURCE_SYSTEM, DEFAULT_MAX_EVENT_TIME_SKEW, DecodeError, EVENT_TIME_IN_FUTURE, EventKind,

@@ -119,6 +119,7 @@ pub fn payment_allocation(detail: &Value) -> Option<crate::StoredAllocation> {
         installments_paid: serde_json::from_value(detail["installmentsPaid"].clone()).ok()?,
         applied_on: occurred_at.with_timezone(&Utc).date_naive(),
         reversed_by: None,
+        reversal_fact: None,
     })
 }
 

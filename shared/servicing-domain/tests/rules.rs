@@ -529,6 +529,38 @@ fn when_an_opening_or_installment_is_resent_after_its_claim_expired_should_count
 }
 
 #[test]
+fn when_a_reversal_is_resent_after_its_claim_expired_should_judge_its_payload() {
+    let mut ledger = Ledger::new();
+    let stream = [
+        opened("2026-09-01T00:00:00Z", 100_000),
+        pay("p1", "2026-09-02T00:00:00Z", 5_000),
+        reverse("r1", "2026-09-03T00:00:00Z", 5_000, "p1"),
+    ];
+    ingest_all(&mut ledger, &stream);
+    let before = account(&ledger);
+    let reversal = servicing_domain::SourceRef::new("test", "r1").expect("source");
+    assert!(ledger.expire_claim(&reversal));
+    // Another payload under the reversal's identity: only the payment's mark remembers it.
+    let other = reverse("r1", "2026-09-04T00:00:00Z", 5_000, "p1");
+    let d = ingest_all(&mut ledger, &[other]);
+    assert!(
+        matches!(&d[0], Disposition::Collision { stored, received } if stored.as_str() != received.as_str()),
+        "{d:?}"
+    );
+    let quarantined = ledger.quarantine().last().expect("quarantined");
+    assert!(
+        quarantined.reason.starts_with("collision"),
+        "{}",
+        quarantined.reason
+    );
+    // Its own payload again: a duplicate (the resend's claim expired too).
+    assert!(ledger.expire_claim(&reversal));
+    let d = ingest_all(&mut ledger, &[stream[2].clone()]);
+    assert_eq!(d, [Disposition::Duplicate]);
+    assert_eq!(account(&ledger), before, "no write");
+}
+
+#[test]
 fn when_a_reversal_waits_for_a_fee_applied_on_another_account_should_quarantine_it() {
     let mut ledger = Ledger::new();
     let mut other_open = opened("2026-09-01T00:00:00Z", 100_000);

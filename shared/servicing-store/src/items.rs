@@ -197,8 +197,11 @@ pub fn loan_from_item(mut item: Item) -> Result<LoanItem, StoreError> {
     })
 }
 
-pub fn source_ref_value(source: &SourceRef) -> Result<AttributeValue, StoreError> {
-    serde_dynamo::to_attribute_value(source).map_err(encode_error)
+/// A reversal's mark on its payment's record, as stored in `reversedBy`.
+pub fn reversal_mark_value(
+    mark: &crate::schema::ReversalMark,
+) -> Result<AttributeValue, StoreError> {
+    serde_dynamo::to_attribute_value(mark).map_err(encode_error)
 }
 
 /// What a consumer decided about a fact, stored with its claim.
@@ -265,7 +268,7 @@ pub fn claim_item(
 /// The allocation a fact record carries (`None` on any other record), from its raw item or its
 /// `AllocationsIndex` entry (which projects `outbox` and `reversedBy`).
 pub fn allocation_from_claim(claim: &Item) -> Result<Option<StoredAllocation>, StoreError> {
-    let reversed_by: Option<SourceRef> = claim
+    let reversed_by: Option<crate::schema::ReversalMark> = claim
         .get(REVERSED_BY)
         .map(|value| serde_dynamo::from_attribute_value(value.clone()).map_err(decode_error))
         .transpose()?;

@@ -3,7 +3,7 @@
 //! that names their attributes (`infra/schema.md`).
 
 use serde::{Deserialize, Serialize};
-use servicing_domain::{AccountId, Bucket, SourceRef, StoredAllocation};
+use servicing_domain::{AccountId, Bucket, FactTag, SourceRef, StoredAllocation};
 
 use crate::StoreError;
 use crate::items::Item;
@@ -49,7 +49,7 @@ pub struct ClaimRecord {
     /// On an applied payment's record, the reversal that reversed it (set once, by the
     /// reversal's transaction).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reversed_by: Option<SourceRef>,
+    pub reversed_by: Option<ReversalMark>,
     /// The X-Ray trace of the invocation that applied it, carried on to EventBridge and SQS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_header: Option<String>,
@@ -76,17 +76,30 @@ impl ClaimRecord {
     }
 }
 
-/// The allocation a record's events carry (its `PaymentApplied`), marked with `reversed_by`.
+/// A reversal's mark on its payment's record (`reversedBy`): the reversal's identity and its
+/// payload's tag, so that a reversal resent after its claim expired is told from another
+/// payload under the same identity. Marks written before the tag was kept have identity only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReversalMark {
+    #[serde(flatten)]
+    pub by: SourceRef,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fact: Option<FactTag>,
+}
+
+/// The allocation a record's events carry (its `PaymentApplied`), with its reversal's mark.
 pub(crate) fn allocation_of(
     outbox: Option<&str>,
-    reversed_by: Option<&SourceRef>,
+    reversed_by: Option<&ReversalMark>,
 ) -> Result<Option<StoredAllocation>, StoreError> {
     let events = OutboxEvent::decode(outbox)?;
     Ok(events
         .iter()
         .find_map(|e| servicing_domain::outbox::payment_allocation(&e.detail))
         .map(|mut allocation| {
-            allocation.reversed_by = reversed_by.cloned();
+            allocation.reversed_by = reversed_by.map(|mark| mark.by.clone());
+            allocation.reversal_fact = reversed_by.and_then(|mark| mark.fact.clone());
             allocation
         }))
 }

@@ -102,11 +102,16 @@ impl Group {
                             let payment = stored.payment.clone();
                             snapshot.targets.insert(payment, Target::Applied(stored));
                         }
-                        Some(AllocationWrite::MarkReversed { payment, reversal }) => {
+                        Some(AllocationWrite::MarkReversed {
+                            payment,
+                            reversal,
+                            fact,
+                        }) => {
                             if let Some(Target::Applied(stored)) =
                                 snapshot.targets.get_mut(&payment)
                             {
                                 stored.reversed_by = Some(reversal);
+                                stored.reversal_fact = Some(fact);
                             }
                         }
                         None => {}
@@ -114,6 +119,13 @@ impl Group {
                     MessageResult::Applied
                 }
                 Judged::Stale => MessageResult::Stale,
+                Judged::Reject(rejection) if rejection.code == servicing_domain::COLLISION => {
+                    tracing::error!(
+                        alert = "collision",
+                        "same identity, different payload: the first fact stands"
+                    );
+                    MessageResult::Collision
+                }
                 Judged::Reject(rejection) => {
                     tracing::warn!(code = rejection.code, "business rejection quarantined");
                     MessageResult::Quarantined {

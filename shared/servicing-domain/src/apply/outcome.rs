@@ -6,6 +6,7 @@
 use chrono::NaiveDate;
 
 use crate::account::{LoanAccount, StoredAllocation};
+use crate::fingerprint::FactTag;
 use crate::outbox::{DomainEvent, detail_types};
 use crate::types::{MoneyError, SourceRef};
 
@@ -107,6 +108,8 @@ pub enum AllocationWrite {
     MarkReversed {
         payment: SourceRef,
         reversal: SourceRef,
+        /// The reversal's payload tag, kept with the mark.
+        fact: FactTag,
     },
 }
 

@@ -61,15 +61,24 @@ pub(super) fn map_cancellation(
                 refused[*i].get_or_insert(CommitOutcome::Duplicate);
             }
             (Role::Reversal(i), "ConditionalCheckFailed") => {
-                let by_itself = reason
+                let marked = reason
                     .item()
                     .and_then(|item| items::allocation_from_claim(item).ok().flatten())
-                    .and_then(|allocation| allocation.reversed_by)
-                    .is_some_and(|by| &by == units[*i].source);
-                if by_itself {
-                    refused[*i].get_or_insert(CommitOutcome::Duplicate);
-                } else {
-                    condition_failed[*i] = true;
+                    .filter(|allocation| allocation.reversed_by.as_ref() == Some(units[*i].source));
+                match marked {
+                    // Its own mark: a duplicate, unless the mark kept another payload's tag.
+                    Some(allocation) => {
+                        let outcome = match allocation.reversal_fact {
+                            Some(tag) if tag != units[*i].fingerprint.tag() => {
+                                CommitOutcome::Collision {
+                                    stored: Fingerprint::from_stored(tag.to_string()),
+                                }
+                            }
+                            _ => CommitOutcome::Duplicate,
+                        };
+                        refused[*i].get_or_insert(outcome);
+                    }
+                    None => condition_failed[*i] = true,
                 }
             }
             (_, "TransactionConflict") => contended = true,

@@ -14,6 +14,7 @@ use super::{Effect, LoanWrite, Role, Transaction, UnitOfWork};
 use crate::conditions::{CREATE_ONLY, Condition, version_condition};
 use crate::errors::invalid_request;
 use crate::items::{self, Item, Verdict, n, s};
+use crate::schema::ReversalMark;
 use crate::{ServicingStore, StoreError};
 
 impl ServicingStore {
@@ -117,10 +118,17 @@ impl ServicingStore {
 
             match &unit.effect {
                 Effect::Apply(applied) => {
-                    if let Some(AllocationWrite::MarkReversed { payment, reversal }) =
-                        &applied.allocation
+                    if let Some(AllocationWrite::MarkReversed {
+                        payment,
+                        reversal,
+                        fact,
+                    }) = &applied.allocation
                     {
-                        transaction.push(Role::Reversal(i), self.mark_reversed(payment, reversal)?);
+                        let mark = ReversalMark {
+                            by: reversal.clone(),
+                            fact: Some(fact.clone()),
+                        };
+                        transaction.push(Role::Reversal(i), self.mark_reversed(payment, &mark)?);
                     }
                 }
                 Effect::Intent(Some(intent)) => {
@@ -142,7 +150,7 @@ impl ServicingStore {
     fn mark_reversed(
         &self,
         payment: &SourceRef,
-        reversal: &SourceRef,
+        mark: &ReversalMark,
     ) -> Result<TransactWriteItem, StoreError> {
         let update = Update::builder()
             .table_name(&self.config.table)
@@ -156,7 +164,7 @@ impl ServicingStore {
             )
             .expression_attribute_names("#allocatedTo", items::ALLOCATED_TO)
             .expression_attribute_names("#reversedBy", items::REVERSED_BY)
-            .expression_attribute_values(":reversal", items::source_ref_value(reversal)?)
+            .expression_attribute_values(":reversal", items::reversal_mark_value(mark)?)
             // Tells this reversal (reversedBy is itself: a duplicate) from another.
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
