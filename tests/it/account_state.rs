@@ -730,7 +730,7 @@ async fn when_counting_requests_should_cost_one_read_per_account_and_one_transac
     assert_eq!(
         requests.snapshot(),
         BTreeMap::from([
-            ("GetItem".to_owned(), 2),
+            ("Query".to_owned(), 2),
             ("TransactWriteItems".to_owned(), 1)
         ]),
         "one read per account; the accounts' groups share one transaction"
@@ -759,7 +759,7 @@ async fn when_counting_requests_should_cost_one_read_per_account_and_one_transac
     );
     assert_eq!(
         requests.snapshot(),
-        BTreeMap::from([("GetItem".to_owned(), 2)])
+        BTreeMap::from([("Query".to_owned(), 2)])
     );
 
     // MAX_TRANSACTION_ITEMS=1 commits every event on its own: one transaction per event.
@@ -1092,7 +1092,7 @@ async fn when_accounts_share_a_transaction_should_each_keep_its_own_outcome(engi
     assert_eq!(
         requests.snapshot(),
         BTreeMap::from([
-            ("GetItem".to_owned(), 1),
+            ("Query".to_owned(), 1),
             ("PutItem".to_owned(), 1),
             ("TransactWriteItems".to_owned(), 2)
         ])

@@ -110,6 +110,26 @@ async fn when_an_account_holds_parked_facts_past_its_budget_should_still_apply_i
         loan_bytes < 32_000,
         "{engine:?}: the loan item holds {loan_bytes} bytes with 35 large facts parked"
     );
+    // The account's state, bodies apart included, is one request: what releases them reads
+    // them in the batch's one read round.
+    let reads = FaultPlan::default();
+    let account = servicing_domain::AccountId::parse(a).expect("account id");
+    let snapshot = servicing
+        .faulty_store("account-state", &reads)
+        .load(&account, &[])
+        .await
+        .expect("load");
+    let loan = snapshot.loan.expect("loan item");
+    assert_eq!(
+        reads.requests(),
+        1,
+        "{engine:?}: one read of the noisy account"
+    );
+    assert!(loan.parked.apart().count() > 30);
+    assert!(
+        loan.parked.iter().all(|f| f.body.contains(&padding)),
+        "{engine:?}: every parked body read back"
+    );
     let applied = deliver_checked(&handler, &mut ledger, &ordinary, "p").await;
     assert!(
         applied.iter().all(|r| *r == MessageResult::Applied),

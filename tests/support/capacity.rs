@@ -119,6 +119,13 @@ impl Meter {
             "Query" | "Scan" => {
                 let items = response["Items"].as_array().cloned().unwrap_or_default();
                 let bytes: usize = items.iter().map(item_size).sum();
+                // A table's items read whole (an index's are projections): later writes are
+                // billed by the larger of their old and new sizes.
+                if request.get("IndexName").is_none() {
+                    for item in &items {
+                        self.seen(&table(request), item);
+                    }
+                }
                 self.total.rcu += read_factor(request) * four_kb(bytes);
             }
             _ => {}

@@ -94,9 +94,12 @@ impl Snapshot {
 }
 
 impl ServicingStore {
-    /// One consistent read of the account's loan item and, in the same request, what is known
-    /// of `payments` (the payments its reversals refer to): each payment's record, which holds
-    /// its allocation when applied and names the account it was applied on.
+    /// One consistent read of the account's loan item — with the bodies of its parked facts kept
+    /// apart — and what is known of `payments` (the payments its reversals refer to): each
+    /// payment's record, which holds its allocation when applied and names the account it was
+    /// applied on. One request, whichever the account: a `Query` of the loan's partition (the
+    /// item and its bodies) when no payment is asked for, else one `BatchGetItem` of the item and
+    /// the records (then a `Query` for bodies apart, only for an account that has any).
     #[tracing::instrument(skip_all, fields(account = %account_id))]
     pub async fn load(
         &self,
@@ -105,10 +108,17 @@ impl ServicingStore {
     ) -> Result<Snapshot, StoreError> {
         let mut snapshot = Snapshot::default();
         if payments.is_empty() {
-            snapshot.loan = self.loan_state(account_id).await?;
-            if let Some(loan) = snapshot.loan.as_mut() {
-                self.read_apart_bodies(loan).await?;
-            }
+            let (pk, sk) = items::loan_key(account_id);
+            let mut partition = self.partition(pk, None).await?;
+            let Some(at) = partition
+                .iter()
+                .position(|item| items::string(item, items::SK) == Some(sk.as_str()))
+            else {
+                return Ok(snapshot);
+            };
+            let mut loan = items::loan_from_item(partition.swap_remove(at))?;
+            fill_apart_bodies(&mut loan, &partition)?;
+            snapshot.loan = Some(loan);
             return Ok(snapshot);
         }
         let loan = items::loan_key(account_id);
@@ -139,46 +149,39 @@ impl ServicingStore {
     }
 
     /// Fills in the bodies of `loan`'s parked facts kept apart: one consistent `Query` of the
-    /// loan's partition, only for an account that has any (an ordinary account's read stays
-    /// one request). The loan item and its bodies are written in one transaction, so a body
-    /// the item names and the query does not return is corrupt data, not a race.
+    /// loan's partition, only for an account that has any.
     pub async fn read_apart_bodies(&self, loan: &mut LoanItem) -> Result<(), StoreError> {
         if loan.parked.apart().next().is_none() {
             return Ok(());
         }
         let (pk, _) = items::loan_key(&loan.account_id);
-        let found: Vec<Item> = self
+        let found = self.partition(pk, Some(items::PARKED_BODY_PREFIX)).await?;
+        fill_apart_bodies(loan, &found)
+    }
+
+    /// A loan's partition (its item and its parked bodies; only the items whose sort key starts
+    /// with `prefix`, when given), consistently. The bodies are bounded (`MAX_PARKED_BYTES`), so
+    /// this is one page but for a full account's.
+    async fn partition(&self, pk: String, prefix: Option<&str>) -> Result<Vec<Item>, StoreError> {
+        let query = self
             .client
             .query()
             .table_name(&self.config.table)
-            .key_condition_expression("pk = :pk AND begins_with(sk, :parked)")
             .expression_attribute_values(":pk", s(pk))
-            .expression_attribute_values(":parked", s(items::PARKED_BODY_PREFIX))
-            .consistent_read(true)
+            .consistent_read(true);
+        let query = match prefix {
+            None => query.key_condition_expression("pk = :pk"),
+            Some(prefix) => query
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":prefix", s(prefix)),
+        };
+        query
             .into_paginator()
             .items()
             .send()
             .try_collect()
             .await
-            .map_err(classify)?;
-        let mut bodies: HashMap<String, String> = found
-            .iter()
-            .filter_map(|item| {
-                let sk = items::string(item, items::SK)?.to_owned();
-                Some((sk, items::string(item, items::BODY)?.to_owned()))
-            })
-            .collect();
-        let account_id = loan.account_id.clone();
-        for fact in loan.parked.iter_mut().filter(|f| f.body_apart) {
-            let (_, sk) = items::parked_body_key(&account_id, &fact.source);
-            fact.body = bodies.remove(&sk).ok_or_else(|| {
-                StoreError::Corrupt(format!(
-                    "the body of {} parked on {account_id} is missing",
-                    fact.source
-                ))
-            })?;
-        }
-        Ok(())
+            .map_err(classify)
     }
 
     /// Reads what is known of `payments` into `snapshot` (a reversal's payment that was not
@@ -300,6 +303,35 @@ impl ServicingStore {
         });
         Ok(allocations)
     }
+}
+
+/// Puts each body kept apart (from `found`, the partition's body items) on its parked fact. The
+/// loan item and its bodies are written in one transaction, so a body the item names and
+/// `found` lacks is corrupt data, not a race.
+fn fill_apart_bodies(loan: &mut LoanItem, found: &[Item]) -> Result<(), StoreError> {
+    let mut bodies: HashMap<&str, &str> = found
+        .iter()
+        .filter_map(|item| {
+            Some((
+                items::string(item, items::SK)?,
+                items::string(item, items::BODY)?,
+            ))
+        })
+        .collect();
+    let account_id = loan.account_id.clone();
+    for fact in loan.parked.iter_mut().filter(|f| f.body_apart) {
+        let (_, sk) = items::parked_body_key(&account_id, &fact.source);
+        fact.body = bodies
+            .remove(sk.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "the body of {} parked on {account_id} is missing",
+                    fact.source
+                ))
+            })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
