@@ -904,7 +904,15 @@ async fn when_payments_are_posted_should_record_each_command() {
             .is_some_and(|s| s.starts_with("api:")),
         "{accepted:?}"
     );
-    assert_eq!(accepted.source_event_id.as_deref(), Some("order-ev-1"));
+    // The payment's identity is its operation (the key hashed with the caller): no raw key.
+    let operation = payments_api::operation_id(
+        &payments_api::Principal::new(ALICE).expect("principal"),
+        &payments_api::IdempotencyKey::parse(Some(b"order-ev-1")).expect("key"),
+    );
+    assert_eq!(
+        accepted.source_event_id.as_deref(),
+        Some(operation.as_str())
+    );
     assert_eq!(
         (
             accepted.account_id.as_deref(),

@@ -24,6 +24,7 @@ on_both_engines!(
     when_a_key_is_reused_after_its_retention_should_refuse_it_not_accept_a_lost_payment,
     when_a_key_is_sent_as_a_structured_header_string_should_be_the_same_key_as_the_bare_one,
     when_two_idempotency_keys_arrive_comma_joined_should_refuse_them_storing_nothing,
+    when_a_payment_is_accepted_and_applied_should_keep_its_raw_key_nowhere,
 );
 
 pub(crate) const ALICE: &str = "arn:aws:iam::123456789012:user/alice";
@@ -407,7 +408,12 @@ async fn when_every_documented_status_is_exercised_should_match_the_openapi_docu
         // The outbox carries a canonical contract event the servicing queue accepts as is.
         let event = ServicingEvent::from_value(detail).expect("canonical PAYMENT_SETTLED");
         assert!(event.source.system.starts_with("api:"));
-        assert!(["order-1", "order-old"].contains(&event.source.event_id.as_str()));
+        // Its identity is the operation (the key hashed with the caller), never the raw key.
+        assert!(
+            event.source.event_id.starts_with("op_"),
+            "{}",
+            event.source.event_id
+        );
     }
 
     // Reads.
@@ -773,7 +779,11 @@ async fn when_a_key_is_sent_as_a_structured_header_string_should_be_the_same_key
         .handle(post(Some(ALICE), Some(r#""order-q1""#), &body))
         .await;
     assert_eq!(quoted.status(), 202, "{:?}", quoted.body());
-    assert_eq!(body_json(&quoted)["sourceEventId"], "order-q1");
+    // The payment is its operation, never the raw key.
+    assert_eq!(
+        body_json(&quoted)["sourceEventId"],
+        body_json(&quoted)["operationId"]
+    );
     let bare = api.handle(post(Some(ALICE), Some("order-q1"), &body)).await;
     assert_eq!(bare.status(), 202);
     assert_eq!(header(&bare, "idempotent-replayed"), Some("true"));
@@ -787,7 +797,11 @@ async fn when_a_key_is_sent_as_a_structured_header_string_should_be_the_same_key
         .handle(post(Some(ALICE), Some(r#""order-\"q2\\""#), &body))
         .await;
     assert_eq!(escaped.status(), 202);
-    assert_eq!(body_json(&escaped)["sourceEventId"], r#"order-"q2\"#);
+    let unescaped = payments_api::operation_id(
+        &payments_api::Principal::new(ALICE).expect("principal"),
+        &payments_api::IdempotencyKey::parse(Some(br#"order-"q2\"#)).expect("key"),
+    );
+    assert_eq!(body_json(&escaped)["sourceEventId"], unescaped.as_str());
     let same = api
         .handle(post(Some(ALICE), Some(r#"order-"q2\"#), &body))
         .await;
@@ -857,5 +871,54 @@ async fn when_two_idempotency_keys_arrive_comma_joined_should_refuse_them_storin
         .handle(post(Some(ALICE), Some(r#""order-a,b""#), &body))
         .await;
     assert_eq!(one.status(), 202);
-    assert_eq!(body_json(&one)["sourceEventId"], "order-a,b");
+    let expected = payments_api::operation_id(
+        &payments_api::Principal::new(ALICE).expect("principal"),
+        &payments_api::IdempotencyKey::parse(Some(br#""order-a,b""#)).expect("key"),
+    );
+    assert_eq!(body_json(&one)["sourceEventId"], expected.as_str());
+}
+
+/// `infra/schema.md`: "the raw key is never stored". A client's key may carry what it should not
+/// (an order number, a customer reference): it identifies the payment only hashed with the
+/// caller — in the 202, the decision records, the event on the bus and every item the API and
+/// the consumer write (kept for years, some under a compliance lock).
+async fn when_a_payment_is_accepted_and_applied_should_keep_its_raw_key_nowhere(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    open_account(&servicing, "acc_rawkey").await;
+    let api = api(&servicing, None);
+    let raw = "order-4711-customer-jane";
+    let body = payment("acc_rawkey", 1_500, "inv-raw");
+    let mut seen = Vec::new();
+    for sent in [
+        body.clone(),
+        body.clone(),
+        payment("acc_rawkey", 1_501, "inv-raw"),
+    ] {
+        let (response, decision) = api.post(&post(Some(ALICE), Some(raw), &sent)).await;
+        seen.push(format!("{}", body_json(&response)));
+        seen.push(serde_json::to_string(&decision).expect("decision"));
+    }
+    let events = api_outbox(&servicing).await;
+    assert_eq!(events.len(), 1);
+    let wire = events[0].detail.to_string();
+    seen.push(wire.clone());
+    let results = servicing
+        .handler()
+        .process(&[sqs_message("m-raw", &wire, 1)])
+        .await
+        .results;
+    assert_eq!(
+        results[0].1,
+        account_state::MessageResult::Applied,
+        "{results:?}"
+    );
+    seen.extend(
+        servicing
+            .all_items()
+            .await
+            .iter()
+            .map(|item| format!("{item:?}")),
+    );
+    let leaks: Vec<&String> = seen.iter().filter(|text| text.contains(raw)).collect();
+    assert!(leaks.is_empty(), "{engine:?}: the raw key in {leaks:#?}");
 }

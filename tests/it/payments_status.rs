@@ -22,13 +22,18 @@ on_both_engines!(
     when_no_fact_was_applied_within_the_retention_should_say_it_never_will_be,
 );
 
-/// The accepted payment's event, as its idempotency record carries it.
-async fn event_of(servicing: &Servicing, source_event_id: &str) -> Value {
+/// The event of the payment ALICE sent under `key`, as its idempotency record carries it (its
+/// `sourceEventId` is the operation id: the key hashed with the caller).
+async fn event_of(servicing: &Servicing, key: &str) -> Value {
+    let operation = payments_api::operation_id(
+        &payments_api::Principal::new(ALICE).expect("principal"),
+        &payments_api::IdempotencyKey::parse(Some(key.as_bytes())).expect("key"),
+    );
     api_outbox(servicing)
         .await
         .into_iter()
         .map(|e| e.detail)
-        .find(|d| d["sourceEventId"] == source_event_id)
+        .find(|d| d["sourceEventId"] == operation.as_str())
         .expect("the accepted payment's event")
 }
 
@@ -106,7 +111,7 @@ async fn when_a_payment_is_read_by_its_operation_id_should_answer_its_status_to_
     assert_eq!(status["status"], "accepted");
     assert_eq!(status["operationId"], operation);
     assert_eq!(status["sourceSystem"], answer["sourceSystem"]);
-    assert_eq!(status["sourceEventId"], "status-1");
+    assert_eq!(status["sourceEventId"], operation);
     assert_eq!(status["payment"], answer["payment"]);
     assert!(status["acceptedAt"].as_str().is_some(), "{status}");
     assert!(status.get("allocation").is_none(), "{status}");

@@ -265,6 +265,20 @@ impl Servicing {
             .expect("allocations")
     }
 
+    /// Every item of the table, whatever its type (a test table is small).
+    pub async fn all_items(&self) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+        self.client
+            .scan()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .expect("scan")
+    }
+
     /// Every item of one type (the operators' scan: fine for a test table).
     pub async fn items_of_type(
         &self,

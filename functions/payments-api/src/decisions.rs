@@ -128,7 +128,7 @@ mod tests {
         let command = PaymentCommand::parse(body.to_string().as_bytes()).expect("command");
         DecisionRecord {
             source_system: Some(principal.source_system()),
-            source_event_id: Some(key.source_event_id()),
+            source_event_id: Some(crate::operation_id(&principal, &key)),
             account_id: Some(command.account_id.as_str().to_owned()),
             amount_minor: Some(command.amount.minor()),
             currency: Some(command.currency.as_str().to_owned()),
@@ -144,7 +144,8 @@ mod tests {
         assert_eq!(
             accepted.to_json(),
             json!({"recordVersion": 1, "kind": "decision", "consumer": "payments-api",
-                "messageId": "req-7", "sourceSystem": "api:client-42", "sourceEventId": "order-1",
+                "messageId": "req-7", "sourceSystem": "api:client-42",
+                "sourceEventId": "op_1da7b680f1080945a7a97b24",
                 "accountId": "acc_1", "amountMinor": 2500, "currency": "EUR",
                 "fingerprint": fingerprint, "verdict": "accepted",
                 "decidedBy": "idempotency-record"}),

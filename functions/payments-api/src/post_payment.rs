@@ -55,7 +55,10 @@ impl PaymentsApi {
         known.source_system = Some(principal.source_system());
         let key = idempotency_key(request)
             .map_err(|e| Refusal::invalid(Problem::new(e.problem_type(), e.detail())))?;
-        known.source_event_id = Some(key.source_event_id());
+        // The payment's identity is its operation: the key hashed with the caller's scope. The
+        // raw key is kept nowhere — not in the event, the records or the evidence.
+        let operation_id = operation_id(&principal, &key);
+        known.source_event_id = Some(operation_id.clone());
         let command = PaymentCommand::parse(request.body().as_ref()).map_err(|e| {
             Refusal::invalid(match e {
                 Err(why) => Problem::new(ProblemType::MalformedBody, &why),
@@ -70,7 +73,7 @@ impl PaymentsApi {
 
         let source = SourceRef {
             system: principal.source_system(),
-            event_id: key.source_event_id(),
+            event_id: operation_id.clone(),
         };
         let now = chrono::DateTime::<Utc>::from(std::time::SystemTime::now());
         // Server-stamped business time to the millisecond (a readable, stable event).
@@ -78,7 +81,6 @@ impl PaymentsApi {
             chrono::DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now)
         });
         check_event_time(event_time, now, self.max_event_time_skew).map_err(Refusal::invalid)?;
-        let operation_id = operation_id(&principal, &key);
         // The domain's canonical form (what the consumer fingerprints), plus the transport
         // fields the contract tolerates.
         let event = ServicingEvent {

@@ -1,14 +1,7 @@
-//! The `Idempotency-Key` header: a bare token or an RFC 8941 string, one key per request, and
-//! the key as a contract `sourceEventId`. Apart from the body's parsing: its own grammar and
-//! problem types, and it names every payment's identity.
-
-use sha2::{Digest, Sha256};
-
-use super::hex;
-
-/// The prefix of a hashed `Idempotency-Key` in a `sourceEventId`; reserved (a key that starts
-/// with it is hashed as well).
-const HASHED_KEY_PREFIX: &str = "sha256-";
+//! The `Idempotency-Key` header: a bare token or an RFC 8941 string, one key per request. Apart
+//! from the body's parsing: its own grammar and problem types. The key itself is never stored:
+//! hashed with the caller's scope it is the operation id (`caller::operation_id`), the payment's
+//! `sourceEventId`.
 
 /// Why an `Idempotency-Key` header was refused (each a problem type of its own: a client
 /// branches on it).
@@ -92,21 +85,6 @@ impl IdempotencyKey {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-
-    /// The key as a contract `sourceEventId` (1..128 printable ASCII): itself when it fits,
-    /// else `sha256-<hex>` of it (keys up to 255 characters are accepted at the edge). A key
-    /// that starts with that reserved prefix is hashed too, so the hashed form only ever comes
-    /// from hashing: two keys never share a `sourceEventId` (one payment for two 202s).
-    pub fn source_event_id(&self) -> String {
-        if self.0.len() <= 128 && !self.0.starts_with(HASHED_KEY_PREFIX) {
-            self.0.clone()
-        } else {
-            format!(
-                "{HASHED_KEY_PREFIX}{}",
-                hex(&Sha256::digest(self.0.as_bytes()))
-            )
-        }
     }
 }
 

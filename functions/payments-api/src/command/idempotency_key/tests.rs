@@ -73,31 +73,3 @@ fn when_two_keys_arrive_comma_joined_should_refuse_them_as_multiple() {
         assert_eq!(error.problem_type().slug(), "multiple-idempotency-keys");
     }
 }
-
-#[test]
-fn when_a_key_exceeds_the_contract_length_should_hash_it_into_the_source_event_id() {
-    let short = IdempotencyKey::parse(Some(b"order-1")).expect("valid");
-    assert_eq!(short.source_event_id(), "order-1");
-    let long = IdempotencyKey::parse(Some("k".repeat(200).as_bytes())).expect("valid");
-    assert!(long.source_event_id().starts_with("sha256-"));
-    assert!(long.source_event_id().len() <= 128);
-}
-
-#[test]
-fn when_a_literal_key_names_the_hash_of_a_long_key_should_map_them_to_different_source_event_ids() {
-    let long = IdempotencyKey::parse(Some("k".repeat(200).as_bytes())).expect("valid");
-    let hashed = long.source_event_id();
-    // A client may send the hashed form itself as a key: a different key, a different fact.
-    let literal = IdempotencyKey::parse(Some(hashed.as_bytes())).expect("valid");
-    assert_ne!(
-        literal.source_event_id(),
-        hashed,
-        "two keys, one sourceEventId"
-    );
-    assert!(literal.source_event_id().starts_with("sha256-"));
-    assert!(literal.source_event_id().len() <= 128);
-    // Ordinary short keys are unchanged, hashing is stable.
-    let short = IdempotencyKey::parse(Some(b"sha256")).expect("valid");
-    assert_eq!(short.source_event_id(), "sha256");
-    assert_eq!(long.source_event_id(), hashed);
-}
