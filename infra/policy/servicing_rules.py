@@ -19,6 +19,9 @@ condition counts only when the condition holds with the default parameters.
 E9131 (issue #30): an SQS consumer's timeout is one AWS allows and fits a request beside the
 answer reserve account-state derives from it.
 
+E9132 (issue #31): each role's table grants are exactly its declared (action, key prefix) pairs
+(infra/policy/table-access.json, which tests/it/privileges.rs holds the code to).
+
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
 whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
 for every consumer the template has, Lambda's REPORT lines kept (system logs at INFO), and every
@@ -1594,4 +1597,78 @@ class TimeoutFitsTheDeadline(ServicingRule):
                     f"{name}'s {timeout:g} s leaves {timeout - reserve:.3f} s after its {reserve:.3f} s "
                     f"answer reserve, less than one {shortest:g} s request"
                 )))
+        return out
+
+TABLE_ACCESS = ROOT / "infra" / "policy" / "table-access.json"
+STREAM_ACTIONS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
+
+
+def table_target(cfn, resource):
+    """What a statement's resource names of a DynamoDB table: ("table", None), ("index", name),
+    or None (a stream, or not a table)."""
+    tables = {n for n, _ in resources(cfn, "AWS::DynamoDB::Table")}
+    if isinstance(resource, dict) and "Fn::GetAtt" in resource:
+        att = resource["Fn::GetAtt"]
+        parts = att.split(".") if isinstance(att, str) else list(att)
+        if parts and parts[0] in tables and parts[1:] == ["Arn"]:
+            return ("table", None)
+    if isinstance(resource, dict) and "Fn::Sub" in resource:
+        sub = resource["Fn::Sub"]
+        text = sub if isinstance(sub, str) else (sub[0] if isinstance(sub, list) and sub else "")
+        found = re.fullmatch(r"\$\{(\w+)\.Arn\}/index/([\w.-]+)", text or "")
+        if found and found.group(1) in tables:
+            return ("index", found.group(2))
+    return None
+
+
+def table_grants(cfn, fn):
+    """A function's table grants as (action, key pattern) pairs, in the declaration's terms."""
+    pairs = set()
+    for st in statements(cfn, fn):
+        if st.get("Effect") != "Allow":
+            continue
+        targets = [t for t in (table_target(cfn, r) for r in as_list(st.get("Resource"))) if t]
+        if not targets:
+            continue
+        leading = (st.get("Condition") or {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        for action in actions(st):
+            if not action.startswith("dynamodb:") or action in STREAM_ACTIONS:
+                continue
+            for kind, index in targets:
+                if kind == "index":
+                    pairs.add((action, f"index/{index}"))
+                elif action == "dynamodb:Scan":
+                    pairs.add((action, "*"))
+                else:
+                    for key in as_list(leading) if leading else ["* (no dynamodb:LeadingKeys)"]:
+                        pairs.add((action, key))
+    return pairs
+
+
+class TableGrantsAreTheDeclaredAccess(ServicingRule):
+    id = "E9132"
+    shortdesc = "Each role's table grants are exactly its declared (action, key prefix) pairs"
+    description = (
+        "Issue #31: the payments API could PutItem any loan because one statement granted every "
+        "action on every prefix it touched. infra/policy/table-access.json declares, per function, "
+        "each action with the key prefixes it may touch; tests/it/privileges.rs proves the code "
+        "makes no other request and uses every declared pair; this rule holds the template to it: "
+        "a grant beyond it is an over-grant, one short of it breaks the function."
+    )
+
+    def match(self, cfn):
+        out = []
+        declared_all = json.loads(TABLE_ACCESS.read_text())
+        for name, fn in functions(cfn):
+            path = ["Resources", name, "Properties"]
+            granted = table_grants(cfn, fn)
+            if name not in declared_all:
+                if granted:
+                    out.append(self.problem(path, f"{name} is granted table actions but has no declaration in infra/policy/table-access.json"))
+                continue
+            declared = {(a, k) for a, keys in declared_all[name].items() for k in keys}
+            for action, key in sorted(granted - declared):
+                out.append(self.problem(path, f"{name}: {action} on {key} is granted beyond its declared access (an over-grant)"))
+            for action, key in sorted(declared - granted):
+                out.append(self.problem(path, f"{name}: declared {action} on {key} is not granted (the function would be denied)"))
         return out

@@ -79,7 +79,7 @@ impl Receiver {
 }
 
 /// The `DelinquencyChanged` events of the delinquent sample, as EventBridge delivers them to SQS.
-async fn delinquency_envelopes(servicing: &Servicing) -> Vec<Value> {
+pub(crate) async fn delinquency_envelopes(servicing: &Servicing) -> Vec<Value> {
     servicing.deliver_fixture("delinquent.jsonl").await;
     servicing
         .outbox("acc_7001")
@@ -95,7 +95,7 @@ async fn delinquency_envelopes(servicing: &Servicing) -> Vec<Value> {
         .collect()
 }
 
-fn collections(
+pub(crate) fn collections(
     servicing: &Servicing,
     receiver: &wiremock::MockServer,
     faults: Option<&FaultPlan>,

@@ -31,6 +31,7 @@ mod operations;
 mod parking;
 mod payments_api;
 mod payments_status;
+mod privileges;
 mod reconciler;
 mod relay;
 mod retention;

@@ -85,6 +85,8 @@ struct PlanState {
     signatures: Vec<Signature>,
     /// When each request was handed to the connector, in order.
     started: Vec<std::time::SystemTime>,
+    /// Every `(IAM action, partition key)` the requests asked for (see [`access_of`]).
+    access: std::collections::BTreeSet<(String, String)>,
 }
 
 impl FaultPlan {
@@ -127,6 +129,12 @@ impl FaultPlan {
         state.armed.push((at, fault));
     }
 
+    /// Every `(IAM action, partition key)` asked for so far: a `TransactWriteItems` counts as
+    /// the item actions IAM authorizes it by, a `Query` of an index as `index/<name>`.
+    pub fn access(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.state().access.clone()
+    }
+
     /// Requests seen so far (faulted ones included).
     pub fn requests(&self) -> u64 {
         self.state().requests
@@ -154,7 +162,9 @@ impl FaultPlan {
             .to_owned();
         let commit = operation == "TransactWriteItems";
         let accounts = loan_accounts(request.body().bytes().unwrap_or_default());
+        let access = access_of(&operation, request.body().bytes().unwrap_or_default());
         let mut state = self.state();
+        state.access.extend(access);
         let number = state.requests;
         state.requests += 1;
         state.started.push(std::time::SystemTime::now());
@@ -244,6 +254,59 @@ struct FaultyConnector {
 
 /// The accounts whose loan items a request names (`LOAN#<account>` keys), each once, in
 /// order; `[""]` when it names none.
+/// What IAM authorizes a DynamoDB request by: `(dynamodb:<action>, partition key)` per item it
+/// names (`index/<name>` for a query of an index, `*` for a scan).
+fn access_of(operation: &str, body: &[u8]) -> Vec<(String, String)> {
+    let Ok(body) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    let pk = |item: &Value| item["pk"]["S"].as_str().unwrap_or_default().to_owned();
+    let action = |name: &str| format!("dynamodb:{name}");
+    match operation {
+        "GetItem" | "PutItem" | "UpdateItem" | "DeleteItem" => {
+            let item = if operation == "PutItem" {
+                &body["Item"]
+            } else {
+                &body["Key"]
+            };
+            vec![(action(operation), pk(item))]
+        }
+        "BatchGetItem" => body["RequestItems"]
+            .as_object()
+            .into_iter()
+            .flat_map(|tables| tables.values())
+            .flat_map(|t| t["Keys"].as_array().cloned().unwrap_or_default())
+            .map(|key| (action(operation), pk(&key)))
+            .collect(),
+        "Query" => match body["IndexName"].as_str() {
+            Some(index) => vec![(action(operation), format!("index/{index}"))],
+            None => {
+                let pk = body["ExpressionAttributeValues"][":pk"]["S"].as_str();
+                vec![(action(operation), pk.unwrap_or_default().to_owned())]
+            }
+        },
+        "Scan" => vec![(action(operation), "*".to_owned())],
+        "TransactWriteItems" | "TransactGetItems" => body["TransactItems"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| {
+                let (kind, member) = entry.as_object()?.iter().next()?;
+                let (name, item) = match kind.as_str() {
+                    "Put" => ("PutItem", &member["Item"]),
+                    "Update" => ("UpdateItem", &member["Key"]),
+                    "Delete" => ("DeleteItem", &member["Key"]),
+                    "ConditionCheck" => ("ConditionCheckItem", &member["Key"]),
+                    "Get" => ("GetItem", &member["Key"]),
+                    _ => return None,
+                };
+                Some((action(name), pk(item)))
+            })
+            .collect(),
+        other => vec![(action(other), String::new())],
+    }
+}
+
 fn loan_accounts(body: &[u8]) -> Vec<String> {
     let text = String::from_utf8_lossy(body);
     let mut accounts: Vec<String> = Vec::new();

@@ -1,0 +1,261 @@
+//! Least privilege by key prefix and action, held to what the code does: every request a
+//! function makes to the servicing table is one its declaration in
+//! `infra/policy/table-access.json` allows, and every declared (action, key prefix) is used by
+//! the scenarios below — a grant nothing exercises is an over-grant. Policy rule E9132 holds the
+//! template's roles to the same declaration, so template, declaration and code agree.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use account_state::{AccountStateHandler, MessageResult};
+use integration_tests::Engine;
+use integration_tests::faults::{Fault, FaultPlan};
+use integration_tests::generate::{fee, open, pay, reverse};
+use integration_tests::servicing::{Servicing, sqs_message};
+use serde_json::{Value, json};
+
+use crate::payments_api::{ALICE, get_payment, open_account, payment, post};
+
+on_both_engines!(
+    when_account_state_runs_should_touch_only_what_its_role_declares,
+    when_the_payments_api_runs_should_touch_only_what_its_role_declares,
+    when_the_reconciler_runs_should_touch_only_what_its_role_declares,
+    when_collections_runs_should_touch_only_what_its_role_declares,
+);
+
+type Access = BTreeSet<(String, String)>;
+
+/// The declared `(action, key patterns)` of a function (its logical id in the template).
+fn declared(function: &str) -> BTreeMap<String, Vec<String>> {
+    let text = include_str!("../../infra/policy/table-access.json");
+    let all: Value = serde_json::from_str(text).expect("table-access.json");
+    serde_json::from_value(all[function].clone()).expect("function's declaration")
+}
+
+/// IAM's `StringLike`: `*` any run of characters, `?` one.
+fn like(pattern: &str, text: &str) -> bool {
+    match (pattern.chars().next(), text.chars().next()) {
+        (None, None) => true,
+        (Some('*'), _) => {
+            like(&pattern[1..], text)
+                || (!text.is_empty()
+                    && like(
+                        pattern,
+                        &text[text.chars().next().map_or(0, char::len_utf8)..],
+                    ))
+        }
+        (Some('?'), Some(c)) => like(&pattern[1..], &text[c.len_utf8()..]),
+        (Some(p), Some(c)) if p == c => like(&pattern[p.len_utf8()..], &text[c.len_utf8()..]),
+        _ => false,
+    }
+}
+
+/// Every observed request declared; every declaration used.
+fn assert_declared(function: &str, engine: Engine, observed: &Access) {
+    let declared = declared(function);
+    let undeclared: Vec<&(String, String)> = observed
+        .iter()
+        .filter(|(action, key)| {
+            !declared
+                .get(action)
+                .is_some_and(|patterns| patterns.iter().any(|p| like(p, key)))
+        })
+        .collect();
+    assert!(
+        undeclared.is_empty(),
+        "{engine:?} {function}: requests its declaration does not allow: {undeclared:#?}"
+    );
+    let unused: Vec<(&String, &String)> = declared
+        .iter()
+        .flat_map(|(action, patterns)| patterns.iter().map(move |p| (action, p)))
+        .filter(|(action, pattern)| {
+            !observed
+                .iter()
+                .any(|(a, key)| a == *action && like(pattern, key))
+        })
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "{engine:?} {function}: declared, never used (an over-grant): {unused:#?}\nobserved: {observed:#?}"
+    );
+}
+
+async fn process(handler: &AccountStateHandler, bodies: &[(&str, Value)]) -> Vec<MessageResult> {
+    let messages: Vec<_> = bodies
+        .iter()
+        .map(|(id, b)| sqs_message(id, &b.to_string(), 1))
+        .collect();
+    handler
+        .process(&messages)
+        .await
+        .results
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect()
+}
+
+/// Everything account-state does: opens, applies, parks (a body kept apart), releases, marks a
+/// reversed payment, reads cold, confirms an old duplicate, quarantines a bad message and a
+/// collision.
+async fn when_account_state_runs_should_touch_only_what_its_role_declares(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let plan = FaultPlan::default();
+    let handler = servicing.faulty_handler(servicing.config(), &plan);
+    let a = "acc_iam_state";
+    let mut early = reverse(a, "rev-1", "pay-1", 4, 100);
+    early["producerNote"] = json!("x".repeat(3_000));
+    let results = process(&handler, &[("o", open(a)), ("r1", early)]).await;
+    assert_eq!(results, [MessageResult::Applied, MessageResult::Parked]);
+    process(&handler, &[("p1", pay(a, "pay-1", 3, 100))]).await;
+    // Cold instances: the account read alone, then with a reversal's payment.
+    let cold = || servicing.faulty_handler(servicing.config(), &plan);
+    process(&cold(), &[("p2", pay(a, "pay-2", 3, 50))]).await;
+    let results = process(&cold(), &[("r2", reverse(a, "rev-2", "pay-2", 5, 50))]).await;
+    assert_eq!(results, [MessageResult::Applied]);
+    // An opening older than the recent facts: confirmed against its claim.
+    for chunk in (0..servicing_store::RECENT_FACTS_MAX)
+        .collect::<Vec<_>>()
+        .chunks(10)
+    {
+        let fees: Vec<(String, Value)> = chunk
+            .iter()
+            .map(|i| (format!("f{i}"), fee(a, &format!("fee-{i}"), 4, 1)))
+            .collect();
+        let refs: Vec<(&str, Value)> = fees
+            .iter()
+            .map(|(id, v)| (id.as_str(), v.clone()))
+            .collect();
+        process(&handler, &refs).await;
+    }
+    let results = process(&cold(), &[("o-again", open(a))]).await;
+    assert_eq!(results, [MessageResult::Duplicate]);
+    let bad = handler
+        .process(&[sqs_message("bad", "{not json", 1)])
+        .await
+        .results;
+    assert!(
+        matches!(bad[0].1, MessageResult::Quarantined { .. }),
+        "{bad:?}"
+    );
+    let results = process(&cold(), &[("p2-other", pay(a, "pay-2", 3, 51))]).await;
+    assert_eq!(results, [MessageResult::Collision]);
+    // A released fact DynamoDB refuses as a request: taken off the loan into quarantine, its
+    // PARKED claim deleted (requests: the read, the payment, the release refused twice).
+    let b = "acc_iam_refused";
+    process(&handler, &[("ob", open(b))]).await;
+    process(&handler, &[("rb", reverse(b, "rev-b", "pay-b", 4, 700))]).await;
+    let refusing = cold();
+    plan.at_request(2, Fault::Invalid);
+    plan.at_request(3, Fault::Invalid);
+    let results = process(
+        &refusing,
+        &[
+            ("pb", pay(b, "pay-b", 3, 700)),
+            ("fb", fee(b, "fee-b", 5, 40)),
+        ],
+    )
+    .await;
+    assert_eq!(results, [MessageResult::Applied, MessageResult::Applied]);
+    assert!(
+        servicing
+            .quarantine()
+            .await
+            .iter()
+            .any(|q| q.code == "store_rejected")
+    );
+    assert_declared("AccountStateFunction", engine, &plan.access());
+}
+
+/// A POST, its replay, its status and the loan routes.
+async fn when_the_payments_api_runs_should_touch_only_what_its_role_declares(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    open_account(&servicing, "acc_iam_api").await;
+    let plan = FaultPlan::default();
+    let api = payments_api::PaymentsApi::new(servicing.faulty_store("payments-api", &plan));
+    let body = payment("acc_iam_api", 700, "inv-iam");
+    let accepted = api.handle(post(Some(ALICE), Some("iam-1"), &body)).await;
+    assert_eq!(accepted.status(), 202);
+    assert_eq!(
+        api.handle(post(Some(ALICE), Some("iam-1"), &body))
+            .await
+            .status(),
+        202
+    );
+    let operation = crate::payments_api::body_json(&accepted)["operationId"]
+        .as_str()
+        .expect("operation id")
+        .to_owned();
+    assert_eq!(
+        api.handle(get_payment(Some(ALICE), &operation))
+            .await
+            .status(),
+        200
+    );
+    for (path, route) in [
+        ("/v1/loans/acc_iam_api", "GET /v1/loans/{accountId}"),
+        (
+            "/v1/loans/acc_iam_api/allocations",
+            "GET /v1/loans/{accountId}/allocations",
+        ),
+    ] {
+        let request =
+            integration_tests::api_gateway::event("GET", path, route, Some(ALICE), None, None);
+        assert_eq!(api.handle(request).await.status(), 200, "{path}");
+    }
+    assert_declared("PaymentsApiFunction", engine, &plan.access());
+}
+
+/// A daily run that expires a parked fact (its body kept apart) and finds a ready one.
+async fn when_the_reconciler_runs_should_touch_only_what_its_role_declares(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_iam_rec";
+    let handler = servicing.handler();
+    let mut orphan = reverse(a, "rev-orphan", "pay-never", 4, 100);
+    orphan["producerNote"] = json!("x".repeat(3_000));
+    process(&handler, &[("o", open(a)), ("r", orphan)]).await;
+    let sqs = aws_sdk_sqs::Client::new(&Engine::MiniStack.sdk_config().await);
+    let (queue_url, _) = integration_tests::lambda::queue(&sqs, "iam-servicing", true).await;
+    let config = ::reconciler::Config {
+        table: servicing.table.clone(),
+        window_hours: 1,
+        park_retention: Duration::from_secs(60),
+        claim_retention: Duration::from_secs(35 * 86_400),
+        servicing_queue_url: queue_url,
+    };
+    let plan = FaultPlan::default();
+    let store = servicing.faulty_store("account-state", &plan);
+    let now = servicing_ops::epoch_seconds() + 3_600;
+    ::reconciler::run_at(&config, &store, &sqs, now)
+        .await
+        .expect("run");
+    assert!(
+        servicing
+            .quarantine()
+            .await
+            .iter()
+            .any(|q| q.source_event_id.as_deref() == Some("rev-orphan"))
+    );
+    assert_declared("ReconcilerFunction", engine, &plan.access());
+}
+
+/// A delinquency change that notifies, and a bad envelope.
+async fn when_collections_runs_should_touch_only_what_its_role_declares(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let receiver = crate::collections::Receiver::default();
+    let server = receiver.start().await;
+    let envelopes = crate::collections::delinquency_envelopes(&servicing).await;
+    let plan = FaultPlan::default();
+    let handler = crate::collections::collections(&servicing, &server, Some(&plan));
+    // Each change in its own batch, twice (SQS redelivers), then a bad envelope.
+    for round in 0..2 {
+        for (n, envelope) in envelopes.iter().enumerate() {
+            let id = format!("r{round}-d{n}");
+            handler
+                .process(&[sqs_message(&id, &envelope.to_string(), 1)])
+                .await;
+        }
+    }
+    assert_eq!(receiver.keys().len(), 1, "one notice");
+    handler.process(&[sqs_message("bad", "{not json", 1)]).await;
+    assert_declared("CollectionsFunction", engine, &plan.access());
+}
