@@ -20,7 +20,8 @@ E9131 (issue #30): an SQS consumer's timeout is one AWS allows and fits a reques
 answer reserve account-state derives from it.
 
 E9132 (issue #31): each role's table grants are exactly its declared (action, key prefix) pairs
-(infra/policy/table-access.json, which tests/it/privileges.rs holds the code to).
+(infra/policy/table-access.json, which tests/it/privileges.rs holds the code to). E9133: the
+servicing bus admits only the relay's role, and that role only the relay's sources.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
 whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
@@ -1671,4 +1672,68 @@ class TableGrantsAreTheDeclaredAccess(ServicingRule):
                 out.append(self.problem(path, f"{name}: {action} on {key} is granted beyond its declared access (an over-grant)"))
             for action, key in sorted(declared - granted):
                 out.append(self.problem(path, f"{name}: declared {action} on {key} is not granted (the function would be denied)"))
+        return out
+
+
+def relay_sources():
+    """The sources the relay may publish (functions/outbox-relay/src/admission.rs SOURCES)."""
+    source = (ROOT / "functions/outbox-relay/src/admission.rs").read_text()
+    found = re.search(r"pub const SOURCES: \[&str; \d+\] = \[([^\]]*)\];", source)
+    if found is None:
+        raise ValueError("admission.rs no longer defines SOURCES as a literal list")
+    return set(re.findall(r'"([^"]+)"', found.group(1)))
+
+
+class OnlyTheRelayPublishesItsSources(ServicingRule):
+    id = "E9133"
+    shortdesc = "The servicing bus admits only the relay, and the relay only its sources"
+    description = (
+        "Issue #31: the bus had no resource policy, so any principal of the account with "
+        "events:PutEvents could put a DelinquencyChanged (a customer notice) on it, and the relay "
+        "could publish any source. The bus that a function publishes to (its environment names "
+        "it) denies PutEvents to every principal but that function's role; that role's "
+        "PutEvents carries an events:source condition listing exactly the relay's SOURCES; no "
+        "other function may PutEvents."
+    )
+
+    def match(self, cfn):
+        out = []
+        buses = {name: bus for name, bus in resources(cfn, "AWS::Events::EventBus")}
+        allowed = relay_sources()
+        for name, fn in functions(cfn):
+            env = (props(fn).get("Environment") or {}).get("Variables") or {}
+            published = [logical_id(v) for v in env.values() if logical_id(v) in buses]
+            puts = [st for st in statements(cfn, fn) if st.get("Effect") == "Allow" and "events:PutEvents" in actions(st)]
+            path = ["Resources", name, "Properties"]
+            if not published:
+                if puts:
+                    out.append(self.problem(path, f"{name} may events:PutEvents but publishes to no servicing bus: only the relay publishes"))
+                continue
+            role_name = logical_id(props(fn).get("Role"))
+            for st in puts:
+                sources = (st.get("Condition") or {}).get("ForAllValues:StringEquals", {}).get("events:source")
+                if sources is None or set(as_list(sources)) != allowed:
+                    out.append(self.problem(path, (
+                        f"{name}/{st.get('Sid', '?')}: events:PutEvents must carry ForAllValues:StringEquals "
+                        f"events:source {sorted(allowed)} (admission.rs SOURCES), not {sources!r}"
+                    )))
+            for bus_name in published:
+                policy = props(buses[bus_name]).get("Policy") or {}
+                guarded = any(
+                    st.get("Effect") == "Deny"
+                    and st.get("Principal") in ("*", {"AWS": "*"})
+                    and "events:PutEvents" in actions(st)
+                    and any(
+                        logical_id(arn) == role_name
+                        for test in ("ArnNotEquals", "ArnNotLike")
+                        for arn in as_list(((st.get("Condition") or {}).get(test) or {}).get("aws:PrincipalArn"))
+                    )
+                    for st in as_list((policy or {}).get("Statement") or [])
+                    if isinstance(st, dict)
+                )
+                if not guarded:
+                    out.append(self.problem(["Resources", bus_name, "Properties"], (
+                        f"{bus_name}: its Policy must deny events:PutEvents to every principal but "
+                        f"{role_name} (ArnNotEquals aws:PrincipalArn), the relay that publishes to it"
+                    )))
         return out

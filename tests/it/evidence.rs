@@ -710,12 +710,13 @@ fn stream_insert(seq: &str, event_id: &str, api: bool) -> EventRecord {
             "sk": {"S": "CLAIM"}, "itemType": {"S": "CLAIM"}, "sourceSystem": {"S": "psp"},
             "sourceEventId": {"S": format!("f-{seq}")}, "accountId": {"S": "acc-ev-r"},
             "outbox": {"S": json!([{"source": "servicing.account-state",
-                "detailType": "FeeAssessed", "detail": {"eventId": event_id}}]).to_string()}}),
+                "detailType": "FeeAssessed", "detail": {"eventId": event_id,
+                "eventType": "FeeAssessed", "accountId": "acc-ev-r"}}]).to_string()}}),
         true => json!({"pk": {"S": format!("IDEMPOTENCY#scope#{event_id}")},
             "sk": {"S": "IDEMPOTENCY"}, "itemType": {"S": "IDEMPOTENCY"},
             "outbox": {"S": json!([{"source": payments_api::EVENT_SOURCE,
                 "detailType": payments_api::DETAIL_TYPE, "detail": {"eventId": event_id,
-                "sourceSystem": "api:partner-1", "sourceEventId": "order-r",
+                "sourceSystem": "api:partner-1", "sourceEventId": event_id,
                 "eventType": "PAYMENT_SETTLED", "accountId": "acc-ev-api",
                 "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR"}}])
                 .to_string()}}),
@@ -795,7 +796,7 @@ async fn when_the_relay_publishes_sends_and_checkpoints_should_record_each_strea
             payment.source_event_id.as_deref(),
             payment.account_id.as_deref()
         ),
-        (Some("api:partner-1"), Some("order-r"), Some("acc-ev-api")),
+        (Some("api:partner-1"), Some("op_3"), Some("acc-ev-api")),
         "an idempotency record's fact, from its payment's detail"
     );
     assert_eq!(*fake.queued.lock().expect("queued"), ["op_3"]);

@@ -69,7 +69,21 @@ fn outbox_record(
     account: Option<&str>,
     detail: String,
 ) -> EventRecord {
-    let detail: Value = serde_json::from_str(&detail).expect("detail JSON");
+    let mut detail: Value = serde_json::from_str(&detail).expect("detail JSON");
+    // What the relay admits from such a record (the fields the tests leave out).
+    let account = account.unwrap_or("acc_relay");
+    let (event_type, origin) = if source == payments_api::EVENT_SOURCE {
+        ("PAYMENT_SETTLED", json!({"sourceSystem": "api:scope"}))
+    } else {
+        (detail_type, json!({}))
+    };
+    if let Some(fields) = detail.as_object_mut() {
+        fields.entry("eventType").or_insert(json!(event_type));
+        fields.entry("accountId").or_insert(json!(account));
+        for (k, v) in origin.as_object().into_iter().flatten() {
+            fields.entry(k.clone()).or_insert(v.clone());
+        }
+    }
     let outbox =
         json!([{"source": source, "detailType": detail_type, "detail": detail}]).to_string();
     let (pk, sk, item_type) = if source == payments_api::EVENT_SOURCE {
@@ -86,7 +100,7 @@ fn outbox_record(
         )
     };
     let image = json!({"pk": {"S": pk}, "sk": {"S": sk}, "itemType": {"S": item_type},
-        "outbox": {"S": outbox}, "accountId": {"S": account.unwrap_or("acc_relay")},
+        "outbox": {"S": outbox}, "accountId": {"S": account},
         "claimedAt": {"N": "1796000000"}, "expiresAt": {"N": "1799024000"}});
     serde_json::from_value(json!({
         "eventID": format!("rec-{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
@@ -358,9 +372,11 @@ fn two_event_record(seq: &str, fact: &str) -> EventRecord {
         json!({"eventId": fact}).to_string(),
     );
     let events = json!([
-        {"source": "servicing.account-state", "detailType": "FeeAssessed", "detail": {"eventId": fact}},
+        {"source": "servicing.account-state", "detailType": "FeeAssessed",
+            "detail": {"eventId": fact, "eventType": "FeeAssessed", "accountId": "acc_relay"}},
         {"source": "servicing.account-state", "detailType": "DelinquencyChanged",
-            "detail": {"eventId": format!("{fact}-dq"), "toBucket": "DPD_30_59"}},
+            "detail": {"eventId": format!("{fact}-dq"), "eventType": "DelinquencyChanged",
+                "accountId": "acc_relay", "toBucket": "DPD_30_59"}},
     ]);
     record.change.new_image.insert(
         "outbox".into(),
@@ -518,6 +534,99 @@ async fn when_an_outbox_record_can_never_be_published_should_quarantine_it_and_m
     assert_eq!(
         event_ids(&routed.drain().await),
         ["evt_a", "evt_b"].map(String::from).into_iter().collect()
+    );
+}
+
+/// Issue #31: anything that can write an item with an `outbox` attribute could make the bus
+/// carry any event (a `DelinquencyChanged` is a customer notice) or the servicing queue any
+/// payment. The relay publishes from a record only what that record may carry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_a_record_carries_an_event_it_may_not_publish_should_quarantine_it_not_publish_it() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
+    let fact = ("servicing.account-state", "FeeAssessed");
+    let api = (payments_api::EVENT_SOURCE, payments_api::DETAIL_TYPE);
+    let at = |mut record: EventRecord, pk: &str| {
+        record
+            .change
+            .new_image
+            .insert("pk".into(), serde_dynamo::AttributeValue::S(pk.into()));
+        record
+    };
+    let detail = |id: &str| json!({"eventId": id}).to_string();
+    let records = vec![
+        outbox_record("1", "evt_ok", fact, None, detail("evt_ok")),
+        // A fact record posing as an API payment (the relay would re-queue it to be applied).
+        at(
+            outbox_record("2", "op_forged", api, None, detail("op_forged")),
+            "CLAIM#account-state#relay#op_forged",
+        ),
+        // A fact record of one account noticing another.
+        outbox_record(
+            "3",
+            "evt_other",
+            ("servicing.account-state", "DelinquencyChanged"),
+            None,
+            json!({"eventId": "evt_other", "accountId": "acc_victim"}).to_string(),
+        ),
+        // An idempotency record carrying a customer notice.
+        at(
+            outbox_record(
+                "4",
+                "evt_notice",
+                ("servicing.account-state", "DelinquencyChanged"),
+                None,
+                detail("evt_notice"),
+            ),
+            "IDEMPOTENCY#scope#evt_notice",
+        ),
+        // An item of no publishing kind.
+        at(
+            outbox_record("5", "evt_q", fact, None, detail("evt_q")),
+            "QUARANTINE#account-state#2026-12-03",
+        ),
+        // An idempotency record publishing another operation's payment.
+        at(
+            outbox_record("6", "op_a", api, None, detail("op_a")),
+            "IDEMPOTENCY#scope#op_b",
+        ),
+        // A fact record with a detail type outside the domain's.
+        outbox_record(
+            "7",
+            "evt_odd",
+            ("servicing.account-state", "AccountClosed"),
+            None,
+            detail("evt_odd"),
+        ),
+        outbox_record("8", "evt_ok2", fact, None, detail("evt_ok2")),
+    ];
+    let report = relay_with(&servicing, &config, &routed.bus)
+        .relay(&records)
+        .await;
+    assert_eq!(
+        (
+            report.published,
+            report.quarantined,
+            report.checkpoint.clone()
+        ),
+        (2, 6, None)
+    );
+    let quarantine = servicing.quarantine().await;
+    assert_eq!(quarantine.len(), 6);
+    for q in &quarantine {
+        assert!(
+            q.reason.contains("not publishable from this record"),
+            "{}",
+            q.reason
+        );
+    }
+    assert_eq!(
+        event_ids(&routed.drain().await),
+        ["evt_ok", "evt_ok2"]
+            .map(String::from)
+            .into_iter()
+            .collect()
     );
 }
 

@@ -34,12 +34,14 @@ use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventR
 use servicing_store::ServicingStore;
 use servicing_telemetry::DecisionRecord;
 
+mod admission;
 mod config;
 mod decisions;
 mod failures;
 mod plan;
 mod publish;
 mod servicing_queue;
+pub use admission::SOURCES;
 pub use config::Config;
 pub use servicing_settings::{ConfigError, FromSettings};
 

@@ -84,6 +84,12 @@ impl OutboxRelay {
         let mut size = 0;
         let mut enqueue = None;
         for event in events {
+            if let Err(refused) = crate::admission::admit(image, &event) {
+                return Plan::Quarantine {
+                    reason: format!("not publishable from this record: {refused}"),
+                    evidence,
+                };
+            }
             if event.event_id().is_empty() {
                 return Plan::Quarantine {
                     reason: format!(
