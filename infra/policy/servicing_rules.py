@@ -21,7 +21,8 @@ answer reserve account-state derives from it.
 
 E9132 (issue #31): each role's table grants are exactly its declared (action, key prefix) pairs
 (infra/policy/table-access.json, which tests/it/privileges.rs holds the code to). E9133: the
-servicing bus admits only the relay's role, and that role only the relay's sources.
+servicing bus admits only the relay's role, and that role only the relay's sources. E9134: KMS
+only through services (kms:ViaService); the evidence subscription role trusts only its log groups.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
 whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
@@ -1736,4 +1737,66 @@ class OnlyTheRelayPublishesItsSources(ServicingRule):
                         f"{bus_name}: its Policy must deny events:PutEvents to every principal but "
                         f"{role_name} (ArnNotEquals aws:PrincipalArn), the relay that publishes to it"
                     )))
+        return out
+
+
+def sub_text(value):
+    """The template string of a `!Sub` (or a plain string), else None."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        sub = value["Fn::Sub"]
+        return sub if isinstance(sub, str) else (sub[0] if isinstance(sub, list) and sub else None)
+    return None
+
+
+class KeysThroughServicesAndEvidenceFromItsLogGroups(ServicingRule):
+    id = "E9134"
+    shortdesc = "Roles use KMS keys only through services; the evidence subscription role trusts only its log groups"
+    description = (
+        "Issue #31: function roles could decrypt with the stack's key directly (no kms:ViaService), "
+        "and the role CloudWatch Logs assumes to write the 7-year evidence archive trusted every "
+        "log group of the account, so anyone able to create a subscription filter with it could "
+        "put records there. Every role's KMS grant carries kms:ViaService; a subscription "
+        "filter's role trusts, by aws:SourceArn, only the log groups such filters subscribe."
+    )
+
+    def match(self, cfn):
+        out = []
+        for name, role in resources(cfn, "AWS::IAM::Role"):
+            for st in role_statements(role):
+                if st.get("Effect") != "Allow" or not any(a.startswith("kms:") for a in actions(st)):
+                    continue
+                conditions = st.get("Condition") or {}
+                if not any("kms:ViaService" in (block or {}) for block in conditions.values() if isinstance(block, dict)):
+                    out.append(self.problem(["Resources", name, "Properties", "Policies"],
+                                            f"{name}/{st.get('Sid', '?')}: KMS actions without a kms:ViaService condition"))
+        subscribed = {}
+        for _, flt in resources(cfn, "AWS::Logs::SubscriptionFilter"):
+            role = logical_id(props(flt).get("RoleArn"))
+            group = logical_id(props(flt).get("LogGroupName"))
+            if role:
+                subscribed.setdefault(role, set()).add(group)
+        roles = dict(resources(cfn, "AWS::IAM::Role"))
+        for role_name, groups in subscribed.items():
+            role = roles.get(role_name)
+            if role is None:
+                continue
+            path = ["Resources", role_name, "Properties", "AssumeRolePolicyDocument"]
+            for st in as_list((props(role).get("AssumeRolePolicyDocument") or {}).get("Statement") or []):
+                if not isinstance(st, dict) or st.get("Effect") != "Allow":
+                    continue
+                arns = []
+                for test in ("StringLike", "StringEquals", "ArnLike", "ArnEquals"):
+                    arns += as_list(((st.get("Condition") or {}).get(test) or {}).get("aws:SourceArn") or [])
+                if not arns:
+                    out.append(self.problem(path, f"{role_name}: trusted without an aws:SourceArn condition"))
+                for arn in arns:
+                    text = sub_text(arn) or ""
+                    found = re.search(r"log-group:\$\{(\w+)\}(:\*)?$", text)
+                    if found is None or found.group(1) not in groups:
+                        out.append(self.problem(path, (
+                            f"{role_name}: aws:SourceArn {text!r} is not one of the log groups its "
+                            f"subscription filters subscribe ({', '.join(sorted(g for g in groups if g))})"
+                        )))
         return out
