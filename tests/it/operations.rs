@@ -307,17 +307,30 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
     .expect("redrive");
     assert!(!redriven.released_claim);
     // The business rejection: its REJECTED claim is released so the redelivery is judged again.
+    let operator = "arn:aws:iam::111122223333:user/ops-alice";
     let redriven_fee = quarantine::redrive(
         &servicing.client,
         &sqs,
         &servicing.table,
         &queue_url,
         &by_code("currency_mismatch"),
-        WINDOW,
+        quarantine::RedriveOptions {
+            operator: Some(operator.to_owned()),
+            ..WINDOW.into()
+        },
     )
     .await
     .expect("redrive");
     assert!(redriven_fee.released_claim);
+    // Who redrove it stays on the item (the caller's identity, as ledgerctl resolves it).
+    let stamped = quarantine::inspect(
+        &servicing.client,
+        &servicing.table,
+        &by_code("currency_mismatch"),
+    )
+    .await
+    .expect("inspect");
+    assert_eq!(stamped.redriven_by.as_deref(), Some(operator));
 
     let got = sqs
         .receive_message()

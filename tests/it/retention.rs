@@ -246,7 +246,7 @@ async fn when_an_unclaimed_fact_is_redriven_should_judge_it_by_the_recorded_clai
         claim_retention_secs: Some(35 * 86_400),
         ..Default::default()
     };
-    assert!(redrive(overridden).await.is_ok());
+    assert!(redrive(overridden.clone()).await.is_ok());
 
     // An item written before items recorded the retention: refused without an override.
     servicing

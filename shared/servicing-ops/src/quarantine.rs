@@ -21,6 +21,8 @@ pub struct Quarantined {
     pub account_id: Option<String>,
     pub quarantined_at_ms: i64,
     pub redrive_count: i64,
+    /// Who redrove it last (the caller's ARN).
+    pub redriven_by: Option<String>,
     /// The body, or only its first bytes when `raw_body_truncated`.
     pub raw_body: String,
     /// `(bytes, sha256)` of a body too large to keep whole (`raw_body` is its prefix).
@@ -46,6 +48,7 @@ impl Quarantined {
             account_id: r.account_id,
             quarantined_at_ms: r.quarantined_at,
             redrive_count: r.redrive_count.unwrap_or_default(),
+            redriven_by: r.redriven_by,
             raw_body_truncated: r.raw_body_truncated.then(|| {
                 (
                     r.raw_body_bytes.unwrap_or_default(),
@@ -146,12 +149,14 @@ pub struct RedriveWindow {
 /// How a redrive judges an unclaimed fact: by the claim retention its quarantine item recorded
 /// (its writer's `CLAIM_RETENTION_DAYS`) unless the operator overrides it; with neither, the
 /// redrive is refused — never judged by a default that may not be the deployed value.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RedriveOptions {
     /// Overrides the recorded claim retention (seconds).
     pub claim_retention_secs: Option<i64>,
     /// Redrive even a fact the claims cannot vouch for (the operator checked it).
     pub allow_beyond_retention: bool,
+    /// Who redrives (the caller's ARN): stamped on the item as `redrivenBy`.
+    pub operator: Option<String>,
 }
 
 impl From<RedriveWindow> for RedriveOptions {
@@ -159,6 +164,7 @@ impl From<RedriveWindow> for RedriveOptions {
         Self {
             claim_retention_secs: Some(window.claim_retention_secs),
             allow_beyond_retention: window.allow_beyond_retention,
+            operator: None,
         }
     }
 }
@@ -286,14 +292,16 @@ pub async fn redrive(
         .await
         .map_err(failed("cannot send"))?;
     let (pk, sk) = split_id(id)?;
+    let operator = options.operator.as_deref().unwrap_or("unknown");
     client
         .update_item()
         .table_name(table)
         .key(servicing_store::items::PK, AttributeValue::S(pk))
         .key(servicing_store::items::SK, AttributeValue::S(sk))
         .update_expression(
-            "SET redrivenAt = :now, redriveCount = if_not_exists(redriveCount, :zero) + :one",
+            "SET redrivenAt = :now, redrivenBy = :who, redriveCount = if_not_exists(redriveCount, :zero) + :one",
         )
+        .expression_attribute_values(":who", AttributeValue::S(operator.to_owned()))
         .expression_attribute_values(":now", AttributeValue::N(epoch_seconds().to_string()))
         .expression_attribute_values(":zero", AttributeValue::N("0".into()))
         .expression_attribute_values(":one", AttributeValue::N("1".into()))

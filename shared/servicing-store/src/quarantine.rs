@@ -138,6 +138,7 @@ impl ServicingStore {
             ),
             redrive_count: None,
             redriven_at: None,
+            redriven_by: None,
         })
     }
 }

@@ -184,11 +184,14 @@ pub struct QuarantineRecord {
     /// how long a claim made since would still deduplicate (absent on items written before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_retention_secs: Option<i64>,
-    /// Set by an operator's redrive (absent until the first): how many, and when (epoch s).
+    /// Set by an operator's redrive (absent until the first): how many, when (epoch s) and by
+    /// whom (the caller's ARN, last redrive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redrive_count: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redriven_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redriven_by: Option<String>,
 }
 
 impl QuarantineRecord {
@@ -372,6 +375,7 @@ mod tests {
             claim_retention_secs: Some(35 * 86_400),
             redrive_count: None,
             redriven_at: None,
+            redriven_by: None,
         };
         let item = to_item(&record).expect("item");
         assert!(!item.contains_key("sourceSystem") && !item.contains_key("redriveCount"));

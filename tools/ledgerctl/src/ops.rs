@@ -4,7 +4,7 @@
 use serde_json::json;
 use servicing_ops::{reconcile, replay};
 
-use crate::target::{QueueArg, Target};
+use crate::target::{Change, QueueArg, Target};
 use crate::{EventsFile, iso};
 
 /// `reconcile`
@@ -68,6 +68,8 @@ pub struct SendArgs {
     /// Check every fact and say what would be sent; send nothing.
     #[arg(long)]
     dry_run: bool,
+    #[command(flatten)]
+    change: Change,
 }
 
 /// `close`: the daily close by hand, for a day the schedule missed.
@@ -84,6 +86,8 @@ pub struct CloseArgs {
     /// List the accounts in arrears on that day; send nothing.
     #[arg(long)]
     dry_run: bool,
+    #[command(flatten)]
+    change: Change,
 }
 
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -203,12 +207,13 @@ pub fn send(args: &SendArgs) -> anyhow::Result<bool> {
             return Ok(false);
         }
         let queue = target.queue()?;
+        let operator = target.authorize(&args.change, args.dry_run).await?;
         if args.dry_run {
             println!("would send {} messages to {queue} (dry run: nothing sent)", lines.len());
             return Ok(true);
         }
         let sent = replay::send(&target.sqs(), queue, &lines).await?;
-        println!("sent {sent} messages to {queue}");
+        println!("sent {sent} messages to {queue} (by {operator})");
         Ok(true)
     })
 }
@@ -221,13 +226,14 @@ pub fn close(args: &CloseArgs) -> anyhow::Result<bool> {
             servicing_store::StoreConfig::new(&target.table, "aging"),
         );
         let queue = if args.dry_run { "" } else { target.queue()? };
+        let operator = target.authorize(&args.change, args.dry_run).await?;
         let close = aging::close_day(&store, &target.sqs(), queue, args.date, args.dry_run).await?;
         if args.dry_run {
             for account in &close.accounts {
                 println!("{account}");
             }
         }
-        println!("{}", close.line());
+        println!("{} (by {operator})", close.line());
         Ok(true)
     })
 }

@@ -7,7 +7,7 @@ use servicing_ops::quarantine;
 
 use crate::iso;
 use crate::ops::runtime;
-use crate::target::{QueueArg, Target};
+use crate::target::{Change, QueueArg, Target};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum QuarantineCommand {
@@ -58,6 +58,8 @@ pub enum QuarantineCommand {
         /// Say what would be redriven (each item's judgment); send nothing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        change: Change,
     },
 }
 
@@ -130,11 +132,14 @@ pub fn quarantine(command: &QuarantineCommand, json: bool) -> anyhow::Result<boo
                 retention_days,
                 allow_beyond_retention,
                 dry_run,
+                change,
             } => {
                 let target = target.resolve(Some(queue)).await?;
+                let operator = target.authorize(change, *dry_run).await?;
                 let options = quarantine::RedriveOptions {
                     claim_retention_secs: retention_days.map(|days| days * 86_400),
                     allow_beyond_retention: *allow_beyond_retention,
+                    operator: Some(operator),
                 };
                 let (dynamodb, sqs) = (target.dynamodb(), target.sqs());
                 let mut all_ok = true;
@@ -164,7 +169,7 @@ pub fn quarantine(command: &QuarantineCommand, json: bool) -> anyhow::Result<boo
                         &target.table,
                         target.queue()?,
                         id,
-                        options,
+                        options.clone(),
                     )
                     .await
                     {
@@ -219,7 +224,7 @@ fn inspection(q: &quarantine::Quarantined) -> String {
         None => q.raw_body.clone(),
     };
     format!(
-        "id:          {}\nquarantined: {}\nconsumer:    {}\ncode:        {}\nreason:      {}\nmessage id:  {}\nsource:      {}\naccount:     {}\nfingerprint: {}\nclaim kept:  {retention}\nredriven:    {}x\nraw body:    {body}\n",
+        "id:          {}\nquarantined: {}\nconsumer:    {}\ncode:        {}\nreason:      {}\nmessage id:  {}\nsource:      {}\naccount:     {}\nfingerprint: {}\nclaim kept:  {retention}\nredriven:    {}x{}\nraw body:    {body}\n",
         q.id,
         iso(q.quarantined_at_ms / 1000),
         q.consumer,
@@ -233,6 +238,10 @@ fn inspection(q: &quarantine::Quarantined) -> String {
         q.account_id.clone().unwrap_or_default(),
         q.received_fingerprint.clone().unwrap_or_default(),
         q.redrive_count,
+        q.redriven_by
+            .as_ref()
+            .map(|by| format!(", last by {by}"))
+            .unwrap_or_default(),
     )
 }
 

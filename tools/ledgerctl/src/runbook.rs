@@ -8,7 +8,7 @@ use servicing_store::schema::{ActionItem, IdempotencyRecord, OutboxEvent};
 
 use crate::iso;
 use crate::ops::runtime;
-use crate::target::{QueueArg, Target};
+use crate::target::{Change, QueueArg, Target};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ActionsCommand {
@@ -83,6 +83,8 @@ pub enum DlqCommand {
         /// Peek at what would move; move nothing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        change: Change,
     },
 }
 
@@ -110,6 +112,8 @@ pub enum OutboxCommand {
         /// List the records whose events would be published; publish nothing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        change: Change,
     },
 }
 
@@ -295,8 +299,9 @@ pub fn dlq(command: &DlqCommand, json: bool) -> anyhow::Result<bool> {
                 }
                 Ok(true)
             }
-            DlqCommand::Redrive { target, dlq: name, queue, max, dry_run } => {
+            DlqCommand::Redrive { target, dlq: name, queue, max, dry_run, change } => {
                 let target = target.resolve(Some(queue)).await?;
+                let operator = target.authorize(change, *dry_run).await?;
                 let (url, back) = dlq_urls(&target, &name.dlq)?;
                 let to = match (&target.queue, back) {
                     // --queue (or a --stack/env queue) only when it was asked for explicitly.
@@ -314,7 +319,7 @@ pub fn dlq(command: &DlqCommand, json: bool) -> anyhow::Result<bool> {
                 for (id, why) in &done.refused {
                     eprintln!("refused {id}: {why} (left in {url})");
                 }
-                println!("moved {} messages from {url} to {to}", done.moved.len());
+                println!("moved {} messages from {url} to {to} (by {operator})", done.moved.len());
                 Ok(done.refused.is_empty())
             }
         }
@@ -330,12 +335,14 @@ pub fn outbox(command: &OutboxCommand) -> anyhow::Result<bool> {
         account,
         event_bus,
         dry_run,
+        change,
     } = command;
     if to <= from {
         anyhow::bail!("--to must be after --from");
     }
     runtime()?.block_on(async {
         let target = target.resolve(Some(queue)).await?;
+        let operator = target.authorize(change, *dry_run).await?;
         let carriers = republish::carriers(
             &target.dynamodb(),
             &target.table,
@@ -379,7 +386,7 @@ pub fn outbox(command: &OutboxCommand) -> anyhow::Result<bool> {
             failed += report.failed;
         }
         println!(
-            "republished the events of {published} of {} records to {bus}; {quarantined} quarantined (ledgerctl quarantine list --consumer outbox-relay); {failed} not confirmed{}",
+            "republished the events of {published} of {} records to {bus}; {quarantined} quarantined (ledgerctl quarantine list --consumer outbox-relay); {failed} not confirmed{} (by {operator})",
             carriers.len(),
             if failed > 0 { " (run again)" } else { "" }
         );

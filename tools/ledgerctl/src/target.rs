@@ -27,6 +27,19 @@ pub struct QueueArg {
     queue: Option<String>,
 }
 
+/// The go-ahead of a command that changes something. Against AWS (anything but a local engine
+/// on this machine) it runs only with the target stack's name typed (`--confirm NAME`) or
+/// `--yes`; `--dry-run` needs neither.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Change {
+    /// The target stack's name, typed to confirm the change, e.g. `--confirm loan-servicing-prod`.
+    #[arg(long, value_name = "STACK")]
+    confirm: Option<String>,
+    /// Go ahead without typing the stack's name (a script that checked the target itself).
+    #[arg(long)]
+    yes: bool,
+}
+
 /// What a command acts on, resolved.
 #[derive(Debug, Clone)]
 pub struct Resolved {
@@ -35,6 +48,9 @@ pub struct Resolved {
     pub queue: Option<String>,
     /// Every output of the stack, when one was named.
     pub outputs: Vec<(String, String)>,
+    stack: Option<String>,
+    /// The table's account (from its ARN), the one the target line prints.
+    account: String,
 }
 
 impl Resolved {
@@ -59,6 +75,87 @@ impl Resolved {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+
+    /// Who is about to change what: the caller's identity (STS), printed on stderr and
+    /// returned to be stamped on what changes. Against AWS the change needs `--confirm <the
+    /// target's stack>` or `--yes`, and every queue it sends to must be in the table's account
+    /// and region — the ones the target line printed. A dry run and a local engine need no
+    /// go-ahead.
+    pub async fn authorize(&self, change: &Change, dry_run: bool) -> anyhow::Result<String> {
+        let local = is_local();
+        let caller = aws_sdk_sts::Client::new(&self.sdk)
+            .get_caller_identity()
+            .send()
+            .await;
+        let operator = match (caller, local) {
+            (Ok(me), _) => me.arn().unwrap_or("?").to_owned(),
+            (Err(_), true) => "local operator (no STS here)".to_owned(),
+            (Err(e), false) => anyhow::bail!(
+                "cannot tell who is making this change (sts:GetCallerIdentity): {}",
+                aws_sdk_sts::error::DisplayErrorContext(&e)
+            ),
+        };
+        eprintln!("operator: {operator}");
+        if dry_run || local {
+            return Ok(operator);
+        }
+        let region = self
+            .sdk
+            .region()
+            .map_or("(no region)".to_owned(), ToString::to_string);
+        if let Some(queue) = &self.queue {
+            check_same_place(queue, &self.account, &region)?;
+        }
+        go_ahead(change, self.stack.as_deref()).map_err(|why| {
+            anyhow::anyhow!(
+                "this changes account {} in {region} (table {}): {why}; nothing changed",
+                self.account,
+                self.table
+            )
+        })?;
+        Ok(operator)
+    }
+}
+
+/// Whether `change` confirms a change of the target `stack` (against AWS).
+fn go_ahead(change: &Change, stack: Option<&str>) -> Result<(), String> {
+    match (&change.confirm, change.yes) {
+        (Some(typed), _) if Some(typed.as_str()) == stack => Ok(()),
+        (Some(typed), _) => Err(format!(
+            "--confirm {typed} is not the target's stack ({})",
+            stack.unwrap_or("none: the table was named directly; name its --stack")
+        )),
+        (None, true) => Ok(()),
+        (None, false) => Err(format!(
+            "confirm with --confirm {} or --yes",
+            stack.unwrap_or("<stack name> (with --stack)")
+        )),
+    }
+}
+
+/// A local engine on this machine (MiniStack, DynamoDB Local): no go-ahead to ask for.
+fn is_local() -> bool {
+    env("AWS_ENDPOINT_URL").is_some_and(|url| {
+        let authority = url.split("://").nth(1).unwrap_or(&url);
+        ["localhost", "127.0.0.1", "[::1]"]
+            .iter()
+            .any(|host| authority.starts_with(host))
+    })
+}
+
+/// A queue URL (`https://sqs.<region>.amazonaws.com/<account>/<name>`) in `account` and
+/// `region`: a queue from the environment must not send another account's facts.
+pub(crate) fn check_same_place(queue: &str, account: &str, region: &str) -> anyhow::Result<()> {
+    let rest = queue.split("://").nth(1).unwrap_or(queue);
+    let mut parts = rest.split('/');
+    let host = parts.next().unwrap_or_default();
+    let queue_account = parts.next().unwrap_or_default();
+    if queue_account != account || !host.contains(&format!(".{region}.")) {
+        anyhow::bail!(
+            "queue {queue} is not in the table's account {account} and region {region}: resolve both from one --stack; nothing changed"
+        );
+    }
+    Ok(())
 }
 
 fn env(name: &str) -> Option<String> {
@@ -142,7 +239,10 @@ impl Target {
             endpoint(),
             sdk.region()
                 .map_or("(none)".to_owned(), ToString::to_string),
-            stack.map(|s| format!(" (stack {s})")).unwrap_or_default(),
+            stack
+                .as_ref()
+                .map(|s| format!(" (stack {s})"))
+                .unwrap_or_default(),
             queue
                 .as_ref()
                 .map(|q| format!(", queue {q}"))
@@ -153,6 +253,8 @@ impl Target {
             table,
             queue,
             outputs,
+            stack,
+            account,
         })
     }
 }
@@ -162,5 +264,38 @@ fn endpoint() -> String {
     match env("AWS_ENDPOINT_URL") {
         Some(url) => format!("endpoint {url}"),
         None => "AWS (the region's endpoints)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Change, check_same_place, go_ahead};
+
+    fn change(confirm: Option<&str>, yes: bool) -> Change {
+        Change {
+            confirm: confirm.map(str::to_owned),
+            yes,
+        }
+    }
+
+    #[test]
+    fn when_a_change_targets_aws_should_need_the_typed_stack_name_or_yes() {
+        let prod = Some("loan-servicing-prod");
+        assert!(go_ahead(&change(None, false), prod).is_err(), "no go-ahead");
+        assert!(go_ahead(&change(Some("loan-servicing-prod"), false), prod).is_ok());
+        let wrong = go_ahead(&change(Some("loan-servicing-test"), false), prod);
+        assert!(wrong.is_err_and(|why| why.contains("not the target's stack")));
+        assert!(go_ahead(&change(None, true), prod).is_ok());
+        // A table named directly has no stack to type: only --yes.
+        assert!(go_ahead(&change(Some("anything"), false), None).is_err());
+        assert!(go_ahead(&change(None, true), None).is_ok());
+    }
+
+    #[test]
+    fn when_the_queue_is_in_another_account_or_region_should_refuse_the_change() {
+        let queue = "https://sqs.eu-west-1.amazonaws.com/111122223333/svc-ServicingQueue-X.fifo";
+        assert!(check_same_place(queue, "111122223333", "eu-west-1").is_ok());
+        assert!(check_same_place(queue, "444455556666", "eu-west-1").is_err());
+        assert!(check_same_place(queue, "111122223333", "us-east-1").is_err());
     }
 }
