@@ -47,6 +47,6 @@ if audit --file "$ROOT/infra/policy/fixtures/vulnerable-lock/Cargo.lock" >/dev/n
   echo "[advisories] the check passed a lockfile with a known advisory: it proves nothing" >&2
   exit 1
 fi
-echo "[advisories] $(grep -m1 -o 'commit `[0-9a-f]*` of [0-9-]*' "$DB/SNAPSHOT.md" || echo 'snapshot'): $(find "$DB" -name 'RUSTSEC-*.md' | wc -l) advisories"
+echo "[advisories] $(grep -m1 -o 'commit `[0-9a-f]*` of [0-9-]*' "$DB/SNAPSHOT.md" || echo 'snapshot'): $(find "$DB/crates" "$DB/rust" -name '*.md' | wc -l) advisories (crates and the Rust toolchain)"
 audit --file "$ROOT/Cargo.lock" "${ignores[@]}"
 echo "[advisories] Cargo.lock: no unignored advisory"

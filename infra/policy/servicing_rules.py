@@ -22,7 +22,8 @@ answer reserve account-state derives from it.
 E9132 (issue #31): each role's table grants are exactly its declared (action, key prefix) pairs
 (infra/policy/table-access.json, which tests/it/privileges.rs holds the code to). E9133: the
 servicing bus admits only the relay's role, and that role only the relay's sources. E9134: KMS
-only through services (kms:ViaService); the evidence subscription role trusts only its log groups.
+only through services (kms:ViaService); the evidence subscription role trusts only its log groups. E9135: queues and topics refuse
+plain transport; the table has deletion protection.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
 whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
@@ -420,7 +421,10 @@ class EncryptedQueueProducersCanEncrypt(ServicingRule):
         # Service principals (EventBridge) deliver under the key policy.
         for qpname, qp in resources(cfn, "AWS::SQS::QueuePolicy"):
             for st in as_list((props(qp).get("PolicyDocument") or {}).get("Statement") or []):
-                service = (st.get("Principal") or {}).get("Service")
+                principal = st.get("Principal")
+                if st.get("Effect") != "Allow" or not isinstance(principal, dict):
+                    continue  # a Deny (e.g. TLS only) or "*" sends nothing for a service
+                service = principal.get("Service")
                 for r in as_list(st.get("Resource")):
                     qname = logical_id(r)
                     if qname not in queues or service is None:
@@ -1799,4 +1803,42 @@ class KeysThroughServicesAndEvidenceFromItsLogGroups(ServicingRule):
                             f"{role_name}: aws:SourceArn {text!r} is not one of the log groups its "
                             f"subscription filters subscribe ({', '.join(sorted(g for g in groups if g))})"
                         )))
+        return out
+
+
+def denies_plain_transport(statement):
+    conditions = statement.get("Condition") or {}
+    return (
+        statement.get("Effect") == "Deny"
+        and statement.get("Principal") in ("*", {"AWS": "*"})
+        and str((conditions.get("Bool") or {}).get("aws:SecureTransport")).lower() == "false"
+    )
+
+
+class TransportAndDeletionGuarded(ServicingRule):
+    id = "E9135"
+    shortdesc = "Queues and topics refuse plain transport; the table has deletion protection"
+    description = (
+        "Issue #31: no SQS or SNS policy denied requests without TLS (aws:SecureTransport), and "
+        "the servicing table - every loan, claim and allocation - could be deleted by one API "
+        "call (DeletionPolicy Retain guards only against the stack's own deletion). Every queue "
+        "and topic is named by a policy statement denying aws:SecureTransport false to every "
+        "principal; every DynamoDB table has DeletionProtectionEnabled."
+    )
+
+    def match(self, cfn):
+        out = []
+        guarded = set()
+        for kind, list_key in (("AWS::SQS::QueuePolicy", "Queues"), ("AWS::SNS::TopicPolicy", "Topics")):
+            for _, policy in resources(cfn, kind):
+                statements_ = as_list((props(policy).get("PolicyDocument") or {}).get("Statement") or [])
+                if any(isinstance(st, dict) and denies_plain_transport(st) for st in statements_):
+                    guarded |= {logical_id(q) for q in as_list(props(policy).get(list_key) or [])}
+        for kind in ("AWS::SQS::Queue", "AWS::SNS::Topic"):
+            for name, _ in resources(cfn, kind):
+                if name not in guarded:
+                    out.append(self.problem(["Resources", name], f"{name}: no policy denies requests without TLS (aws:SecureTransport false)"))
+        for name, table in resources(cfn, "AWS::DynamoDB::Table"):
+            if str(props(table).get("DeletionProtectionEnabled")).lower() != "true":
+                out.append(self.problem(["Resources", name, "Properties"], f"{name}: DeletionProtectionEnabled is not true"))
         return out

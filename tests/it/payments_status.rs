@@ -125,6 +125,16 @@ async fn when_a_payment_is_read_by_its_operation_id_should_answer_its_status_to_
         assert_eq!(response.status(), 404);
         assert_eq!(problem_type(response), "unknown-payment");
     }
+    // A path parameter that is no operation id is never echoed (a problem body ends up in
+    // logs, consoles and support tickets).
+    let hostile = "op_<img src=x onerror=alert(1)>";
+    let refused = api.handle(get_payment(Some(BOB), hostile)).await;
+    assert_eq!(refused.status(), 404);
+    assert!(
+        !body_json(&refused).to_string().contains("<img"),
+        "{}",
+        body_json(&refused)
+    );
     // A role's other session is the same caller.
     let role = "arn:aws:sts::123456789012:assumed-role/payments-client";
     let by_role = api

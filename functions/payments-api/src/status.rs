@@ -31,11 +31,15 @@ impl PaymentsApi {
         operation_id: &str,
     ) -> Result<Response<Body>, Problem> {
         let principal = principal(request).ok_or_else(unauthenticated)?;
+        // Only an id of the operation id's shape is named back: anything else the caller sent
+        // is not echoed into a problem body (logs, consoles, tickets).
         let unknown = || {
-            Problem::new(
-                ProblemType::UnknownPayment,
-                &format!("no payment {operation_id} for this caller"),
-            )
+            let detail = if is_operation_id(operation_id) {
+                format!("no payment {operation_id} for this caller")
+            } else {
+                "no such payment for this caller (an operation id is op_ and 24 hex digits)".into()
+            };
+            Problem::new(ProblemType::UnknownPayment, &detail)
         };
         if !is_operation_id(operation_id) {
             return Err(unknown());
