@@ -87,20 +87,44 @@ impl Notifier {
             Ok(Ok(response)) => response,
         };
         let status = response.status().as_u16();
-        // The body only serves the recorded reason; a short read is enough.
-        let body = tokio::time::timeout(self.timeout, response.into_body().collect())
+        // The body only serves the recorded reason (kept for years): its first bytes, read no
+        // further, whatever the receiver sends.
+        let body = tokio::time::timeout(self.timeout, first_bytes(response.into_body()))
             .await
-            .ok()
-            .and_then(Result::ok)
-            .map(|b| {
-                String::from_utf8_lossy(&b.to_bytes())
-                    .chars()
-                    .take(256)
-                    .collect::<String>()
-            })
             .unwrap_or_default();
-        classify(status, body)
+        classify(status, reason_text(&body))
     }
+}
+
+/// At most this much of a receiver's answer is read, and this many characters kept.
+const BODY_READ_BYTES: usize = 1024;
+const REASON_CHARS: usize = 256;
+
+/// The first [`BODY_READ_BYTES`] of `body`: frames are read only until they are there.
+async fn first_bytes(mut body: hyper::body::Incoming) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(BODY_READ_BYTES);
+    while kept.len() < BODY_READ_BYTES {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    let room = BODY_READ_BYTES - kept.len();
+                    kept.extend_from_slice(&data[..data.len().min(room)]);
+                }
+            }
+            _ => break,
+        }
+    }
+    kept
+}
+
+/// A receiver's answer as a recorded reason: at most [`REASON_CHARS`] characters, control
+/// characters (line breaks, escapes a terminal or log viewer would act on) as spaces.
+fn reason_text(body: &[u8]) -> String {
+    String::from_utf8_lossy(body)
+        .chars()
+        .take(REASON_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// Only answers that mean "this request is wrong" are final: 400 (malformed), 413 (too large)
