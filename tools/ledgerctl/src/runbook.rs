@@ -310,6 +310,8 @@ pub fn dlq(command: &DlqCommand, json: bool) -> anyhow::Result<bool> {
                     (Some(q), None) => q.clone(),
                     (None, None) => anyhow::bail!("{}: not redrivable here (the relay's failures: `ledgerctl outbox republish`); give --queue for a URL", name.dlq),
                 };
+                target.same_place(&url)?;
+                target.same_place(&to)?;
                 if *dry_run {
                     let letters = dlq::peek(&target.sqs(), &url, *max as usize).await?;
                     println!("would move {} messages from {url} to {to} (dry run: nothing moved)", letters.len());
