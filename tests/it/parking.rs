@@ -21,7 +21,7 @@ on_both_engines!(
     when_a_fact_stays_parked_past_the_retention_should_be_quarantined_and_resendable,
     when_the_response_is_lost_after_parking_or_releasing_should_apply_each_fact_once,
     when_a_payment_is_redelivered_after_its_claim_expired_should_be_a_duplicate,
-    when_a_reversal_is_resent_after_its_claim_expired_should_judge_its_payload,
+    when_a_reversal_is_resent_beyond_the_claim_retention_should_never_reverse_twice,
     when_an_account_holds_parked_facts_past_its_budget_should_still_apply_its_other_facts,
     when_an_account_holds_its_bound_of_parked_facts_should_quarantine_only_the_next_one,
 );
@@ -668,7 +668,7 @@ async fn when_the_response_is_lost_after_parking_or_releasing_should_apply_each_
     );
 }
 
-async fn when_a_reversal_is_resent_after_its_claim_expired_should_judge_its_payload(
+async fn when_a_reversal_is_resent_beyond_the_claim_retention_should_never_reverse_twice(
     engine: Engine,
 ) {
     let servicing = Servicing::new(engine).await;
@@ -682,6 +682,7 @@ async fn when_a_reversal_is_resent_after_its_claim_expired_should_judge_its_payl
         &[
             ("o", open(a)),
             ("p", pay(a, "pay-old", 3, 100)),
+            ("p2", pay(a, "pay-other", 3, 100)),
             ("r", reversal.clone()),
         ],
     )
@@ -689,8 +690,13 @@ async fn when_a_reversal_is_resent_after_its_claim_expired_should_judge_its_payl
     push_out_of_recent_facts(&handler, a).await;
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     let (before, _) = servicing.loan(a).await.expect("loan");
-    // Only the payment's mark knows the reversal now: its own payload is a duplicate...
+    // The same identity naming another payment: a collision, never a second reversal (an
+    // applied reversal's claim is kept for good, like a payment's).
     let handler = servicing.handler();
+    let elsewhere = reverse(a, "rev-old", "pay-other", 4, 100);
+    let results = process(&handler, &[("r-elsewhere", elsewhere)]).await;
+    assert_eq!(results, [MessageResult::Collision]);
+    // Its own payload is a duplicate...
     let results = process(&handler, &[("r-again", reversal)]).await;
     assert_eq!(results, [MessageResult::Duplicate]);
     // ...another payload under its identity is a collision, never acknowledged as applied.

@@ -67,7 +67,7 @@ pub(crate) fn admit(
             ));
         }
         let account = string(image, "accountId");
-        if field("accountId") != account {
+        if account.is_empty() || field("accountId") != account {
             return Err(format!(
                 "a fact record of account {account:?} may not publish an event about account {:?}",
                 field("accountId")

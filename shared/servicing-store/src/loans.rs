@@ -306,8 +306,9 @@ impl ServicingStore {
 }
 
 /// Puts each body kept apart (from `found`, the partition's body items) on its parked fact. The
-/// loan item and its bodies are written in one transaction, so a body the item names and
-/// `found` lacks is corrupt data, not a race.
+/// loan item and its bodies are written in one transaction, but a partition read over several
+/// pages is no snapshot: a body the item names and `found` lacks was released or expired by a
+/// write between the pages, and the read is simply made again (a transient error).
 fn fill_apart_bodies(loan: &mut LoanItem, found: &[Item]) -> Result<(), StoreError> {
     let mut bodies: HashMap<&str, &str> = found
         .iter()
@@ -325,8 +326,8 @@ fn fill_apart_bodies(loan: &mut LoanItem, found: &[Item]) -> Result<(), StoreErr
             .remove(sk.as_str())
             .map(str::to_owned)
             .ok_or_else(|| {
-                StoreError::Corrupt(format!(
-                    "the body of {} parked on {account_id} is missing",
+                StoreError::Transient(format!(
+                    "the body of {} parked on {account_id} left between the read's pages",
                     fact.source
                 ))
             })?;

@@ -149,22 +149,34 @@ fn go_ahead(change: &Change, stack: Option<&str>) -> Result<(), String> {
 
 /// A local engine on this machine (MiniStack, DynamoDB Local): no go-ahead to ask for.
 fn is_local() -> bool {
-    env("AWS_ENDPOINT_URL").is_some_and(|url| {
-        let authority = url.split("://").nth(1).unwrap_or(&url);
-        ["localhost", "127.0.0.1", "[::1]"]
-            .iter()
-            .any(|host| authority.starts_with(host))
-    })
+    env("AWS_ENDPOINT_URL").is_some_and(|url| is_local_url(&url))
 }
 
-/// A queue URL (`https://sqs.<region>.amazonaws.com/<account>/<name>`) in `account` and
-/// `region`: a queue from the environment must not send another account's facts.
+fn is_local_url(url: &str) -> bool {
+    let authority = url
+        .split("://")
+        .nth(1)
+        .unwrap_or(url)
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    // The host exactly (no userinfo, no look-alike name), without its port.
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => host,
+        _ => authority,
+    };
+    !authority.contains('@') && matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+}
+
+/// A queue URL (`https://sqs.<region>.amazonaws.com/<account>/<name>`, or the legacy
+/// `https://<region>.queue.amazonaws.com/…`) in `account` and `region`: a queue from the
+/// environment must not send another account's facts.
 pub(crate) fn check_same_place(queue: &str, account: &str, region: &str) -> anyhow::Result<()> {
     let rest = queue.split("://").nth(1).unwrap_or(queue);
     let mut parts = rest.split('/');
     let host = parts.next().unwrap_or_default();
     let queue_account = parts.next().unwrap_or_default();
-    if queue_account != account || !host.contains(&format!(".{region}.")) {
+    if queue_account != account || !host.split('.').any(|label| label == region) {
         anyhow::bail!(
             "queue {queue} is not in the table's account {account} and region {region}: resolve both from one --stack; nothing changed"
         );
@@ -283,7 +295,26 @@ fn endpoint() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Change, check_same_place, go_ahead};
+    use super::{Change, check_same_place, go_ahead, is_local_url};
+
+    #[test]
+    fn when_the_endpoint_only_looks_local_should_ask_for_the_go_ahead() {
+        for local in [
+            "http://127.0.0.1:4566",
+            "http://localhost:8766/",
+            "http://[::1]:4566",
+        ] {
+            assert!(is_local_url(local), "{local}");
+        }
+        for remote in [
+            "https://localhost.example.com",
+            "http://127.0.0.1.nip.io:4566",
+            "http://localhost@prod.example.com",
+            "https://vpce-1.sqs.eu-west-1.vpce.amazonaws.com",
+        ] {
+            assert!(!is_local_url(remote), "{remote}");
+        }
+    }
 
     fn change(confirm: Option<&str>, yes: bool) -> Change {
         Change {
@@ -311,5 +342,7 @@ mod tests {
         assert!(check_same_place(queue, "111122223333", "eu-west-1").is_ok());
         assert!(check_same_place(queue, "444455556666", "eu-west-1").is_err());
         assert!(check_same_place(queue, "111122223333", "us-east-1").is_err());
+        let legacy = "https://eu-west-1.queue.amazonaws.com/111122223333/svc-Queue";
+        assert!(check_same_place(legacy, "111122223333", "eu-west-1").is_ok());
     }
 }

@@ -91,10 +91,11 @@ impl ServicingStore {
                 Effect::Park => (Verdict::Parked, None),
                 Effect::Confirm => unreachable!("checked above"),
             };
-            // An applied payment is remembered for as long as its allocation: for good.
-            let is_payment =
-                applied.is_some_and(|a| matches!(a.allocation, Some(AllocationWrite::Record(_))));
-            let expiry = (!is_payment).then_some(expires_at);
+            // An applied payment is remembered for as long as its allocation: for good. So is an
+            // applied reversal: resent after its claim expired naming another payment, it would
+            // reverse that one too (its mark sits on the first payment only).
+            let moves_an_allocation = applied.is_some_and(|a| a.allocation.is_some());
+            let expiry = (!moves_an_allocation).then_some(expires_at);
             let claim =
                 items::claim_item(&self.config.consumer, unit, verdict, now, expiry, applied)?;
             if unit.released {
