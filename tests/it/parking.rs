@@ -7,7 +7,7 @@ use std::time::Duration;
 use account_state::{AccountStateHandler, BatchCounts, MessageResult};
 use futures_util::StreamExt;
 use integration_tests::generate::{fee, open, ordering_case, pay, reverse};
-use integration_tests::servicing::{Servicing, sqs_message};
+use integration_tests::servicing::{Servicing, process, push_out_of_recent_facts, sqs_message};
 use integration_tests::{Engine, Rng};
 use serde_json::{Value, json};
 
@@ -343,20 +343,6 @@ async fn when_dependent_facts_arrive_early_in_any_batch_cut_should_reach_the_in_
         .buffer_unordered(8)
         .collect::<Vec<()>>()
         .await;
-}
-
-async fn process(handler: &AccountStateHandler, bodies: &[(&str, Value)]) -> Vec<MessageResult> {
-    let messages: Vec<_> = bodies
-        .iter()
-        .map(|(id, b)| sqs_message(id, &b.to_string(), 1))
-        .collect();
-    handler
-        .process(&messages)
-        .await
-        .results
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect()
 }
 
 async fn when_events_precede_their_opening_on_a_fifo_group_should_apply_them_after_it(
@@ -712,25 +698,6 @@ async fn when_a_reversal_is_resent_beyond_the_claim_retention_should_never_rever
             .any(|q| q.source_event_id.as_deref() == Some("rev-old") && q.code == "collision"),
         "{quarantined:?}"
     );
-}
-
-/// Fees enough to push every earlier fact out of the loan's recent facts, so only claims and
-/// allocations know them.
-async fn push_out_of_recent_facts(handler: &AccountStateHandler, a: &str) {
-    for chunk in (0..servicing_store::RECENT_FACTS_MAX)
-        .collect::<Vec<_>>()
-        .chunks(10)
-    {
-        let batch: Vec<(String, Value)> = chunk
-            .iter()
-            .map(|i| (format!("f{i}"), fee(a, &format!("fee-{i}"), 4, 1)))
-            .collect();
-        let refs: Vec<(&str, Value)> = batch
-            .iter()
-            .map(|(id, v)| (id.as_str(), v.clone()))
-            .collect();
-        process(handler, &refs).await;
-    }
 }
 
 async fn when_a_payment_is_redelivered_after_its_claim_expired_should_be_a_duplicate(

@@ -7,11 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use account_state::{AccountStateHandler, MessageResult};
+use account_state::MessageResult;
 use integration_tests::Engine;
 use integration_tests::faults::{Fault, FaultPlan};
 use integration_tests::generate::{fee, open, pay, reverse};
-use integration_tests::servicing::{Servicing, sqs_message};
+use integration_tests::servicing::{Servicing, process, push_out_of_recent_facts, sqs_message};
 use serde_json::{Value, json};
 
 use crate::payments_api::{ALICE, get_payment, open_account, payment, post};
@@ -80,20 +80,6 @@ fn assert_declared(function: &str, engine: Engine, observed: &Access) {
     );
 }
 
-async fn process(handler: &AccountStateHandler, bodies: &[(&str, Value)]) -> Vec<MessageResult> {
-    let messages: Vec<_> = bodies
-        .iter()
-        .map(|(id, b)| sqs_message(id, &b.to_string(), 1))
-        .collect();
-    handler
-        .process(&messages)
-        .await
-        .results
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect()
-}
-
 /// Everything account-state does: opens, applies, parks (a body kept apart), releases, marks a
 /// reversed payment, reads cold, confirms an old duplicate, quarantines a bad message and a
 /// collision.
@@ -113,20 +99,7 @@ async fn when_account_state_runs_should_touch_only_what_its_role_declares(engine
     let results = process(&cold(), &[("r2", reverse(a, "rev-2", "pay-2", 5, 50))]).await;
     assert_eq!(results, [MessageResult::Applied]);
     // An opening older than the recent facts: confirmed against its claim.
-    for chunk in (0..servicing_store::RECENT_FACTS_MAX)
-        .collect::<Vec<_>>()
-        .chunks(10)
-    {
-        let fees: Vec<(String, Value)> = chunk
-            .iter()
-            .map(|i| (format!("f{i}"), fee(a, &format!("fee-{i}"), 4, 1)))
-            .collect();
-        let refs: Vec<(&str, Value)> = fees
-            .iter()
-            .map(|(id, v)| (id.as_str(), v.clone()))
-            .collect();
-        process(&handler, &refs).await;
-    }
+    push_out_of_recent_facts(&handler, a).await;
     let results = process(&cold(), &[("o-again", open(a))]).await;
     assert_eq!(results, [MessageResult::Duplicate]);
     let bad = handler

@@ -4,14 +4,13 @@
 //! two instances, reconciler runs and operators' resends at random points, every step compared
 //! with the in-memory ledger.
 
-use account_state::{AccountStateHandler, MessageResult};
+use account_state::MessageResult;
 use futures_util::StreamExt;
 use integration_tests::faults::{Fault, FaultPlan};
 use integration_tests::generate::{fee, open, pay, reverse};
-use integration_tests::servicing::{Servicing, sqs_message};
+use integration_tests::servicing::{Servicing, process};
 use integration_tests::soak::{self, SoakConfig, Tally, expire_everything};
 use integration_tests::{Engine, record_figure};
-use serde_json::Value;
 
 on_both_engines!(
     when_the_reconciler_expired_a_fact_a_warm_instance_holds_parked_should_judge_its_resend_again,
@@ -21,26 +20,6 @@ on_both_engines!(
     when_a_stale_instance_finds_its_payment_a_duplicate_should_still_release_what_it_made_ready,
     when_instances_and_the_reconciler_interleave_should_match_the_ledger_at_every_step,
 );
-
-async fn process(handler: &AccountStateHandler, bodies: &[(&str, Value)]) -> Vec<MessageResult> {
-    let messages: Vec<_> = bodies
-        .iter()
-        .map(|(id, b)| sqs_message(id, &b.to_string(), 1))
-        .collect();
-    let report = handler.process(&messages).await;
-    // Answers come per account: back in delivery order, by message id.
-    bodies
-        .iter()
-        .map(|(id, _)| {
-            report
-                .results
-                .iter()
-                .find(|(m, _)| m == id)
-                .map(|(_, r)| r.clone())
-                .expect("an answer per message")
-        })
-        .collect()
-}
 
 async fn when_the_reconciler_expired_a_fact_a_warm_instance_holds_parked_should_judge_its_resend_again(
     engine: Engine,

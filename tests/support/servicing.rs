@@ -494,6 +494,52 @@ impl Servicing {
 }
 
 /// An SQS record as Lambda delivers it.
+/// Delivers `(message id, body)` pairs to `handler` as one batch; the verdicts in delivery
+/// order (answers come per account, so they are matched back by message id).
+pub async fn process(
+    handler: &AccountStateHandler,
+    bodies: &[(&str, Value)],
+) -> Vec<account_state::MessageResult> {
+    let messages: Vec<_> = bodies
+        .iter()
+        .map(|(id, b)| sqs_message(id, &b.to_string(), 1))
+        .collect();
+    let report = handler.process(&messages).await;
+    bodies
+        .iter()
+        .map(|(id, _)| {
+            report
+                .results
+                .iter()
+                .find(|(m, _)| m == id)
+                .map(|(_, r)| r.clone())
+                .expect("an answer per message")
+        })
+        .collect()
+}
+
+/// Fees enough to push every earlier fact of `account` out of its loan's recent facts, so only
+/// claims and allocations know them.
+pub async fn push_out_of_recent_facts(handler: &AccountStateHandler, account: &str) {
+    for chunk in (0..servicing_store::RECENT_FACTS_MAX)
+        .collect::<Vec<_>>()
+        .chunks(10)
+    {
+        let batch: Vec<(String, Value)> = chunk
+            .iter()
+            .map(|i| {
+                let fee = crate::generate::fee(account, &format!("fee-{i}"), 4, 1);
+                (format!("f{i}"), fee)
+            })
+            .collect();
+        let refs: Vec<(&str, Value)> = batch
+            .iter()
+            .map(|(id, v)| (id.as_str(), v.clone()))
+            .collect();
+        process(handler, &refs).await;
+    }
+}
+
 pub fn sqs_message(message_id: &str, body: &str, receive_count: u32) -> SqsMessage {
     serde_json::from_value(json!({
         "messageId": message_id,
