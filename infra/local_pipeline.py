@@ -468,10 +468,10 @@ def main() -> int:
         cwd=ROOT,
     )
     ok &= money.returncode == 0
-    step("a fresh shell, as the README has operators do it: source .local/env && target/debug/ledgerctl --json actions list")
+    step("a fresh shell, as the README has operators do it: source .local/env && target/debug/ledgerctl --json actions list --all")
     # Nothing of this process's environment but PATH and HOME: .local/env alone must aim it.
     shell = subprocess.run(
-        ["bash", "-c", "source .local/env && target/debug/ledgerctl --json actions list"],
+        ["bash", "-c", "source .local/env && target/debug/ledgerctl --json actions list --all"],
         cwd=ROOT, env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")},
         capture_output=True, text=True,
     )

@@ -1642,7 +1642,9 @@ def table_grants(cfn, fn):
                 continue
             for kind, index in targets:
                 if kind == "index":
-                    pairs.add((action, f"index/{index}"))
+                    # An index's leading keys are its own partition key's values.
+                    for key in as_list(leading) if leading else ["*"]:
+                        pairs.add((action, f"index/{index}:{key}"))
                 elif action == "dynamodb:Scan":
                     pairs.add((action, "*"))
                 else:

@@ -17,6 +17,7 @@ macro_rules! on_both_engines {
 
 mod account_state;
 mod aging;
+mod bounded_reads;
 mod capacity;
 mod collections;
 mod deadline;

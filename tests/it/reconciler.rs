@@ -13,6 +13,7 @@ use integration_tests::generate::{fee, open, pay, reverse};
 use integration_tests::lambda;
 use integration_tests::servicing::{Servicing, sqs_message};
 use serde_json::Value;
+use servicing_store::open::{OPEN_SHARDS, OpenKind};
 
 on_both_engines!(
     when_one_account_has_a_problem_should_expire_every_other_and_report_it,
@@ -142,7 +143,8 @@ async fn when_one_account_has_a_problem_should_expire_every_other_and_report_it(
         .send()
         .await
         .expect("claim changed");
-    // A loan item nobody can decode.
+    // A loan item nobody can decode (listed by the open index as holding parked facts).
+    let [(shard_name, shard), (since_name, since)] = OpenKind::Parked.attributes("acc_garbled", 0);
     servicing
         .client
         .put_item()
@@ -153,6 +155,8 @@ async fn when_one_account_has_a_problem_should_expire_every_other_and_report_it(
         .item("accountId", AttributeValue::S("acc_garbled".into()))
         .item("version", AttributeValue::S("not a number".into()))
         .item("parkedFacts", AttributeValue::L(Vec::new()))
+        .item(shard_name, shard)
+        .item(since_name, since)
         .send()
         .await
         .expect("garbled item");
@@ -203,8 +207,9 @@ async fn when_a_request_fails_for_one_account_should_go_on_with_the_others(engin
         process(&handler, &[fee(&account, &format!("fee-{a}"), 3, 1)]).await;
     }
     let faults = FaultPlan::default();
-    // Request 0 is the scan; request 1 the first account's expiry transaction.
-    faults.at_request(1, Fault::Throttle);
+    // Requests 0-15 query the open index's 16 shards; then per account its read and its
+    // expiry transaction: request 16 is the first account's read.
+    faults.at_request(u64::from(OPEN_SHARDS), Fault::Throttle);
     let store = servicing.faulty_store("account-state", &faults);
     let expiry = servicing_ops::parked::expire(&store, later(), WEEK)
         .await

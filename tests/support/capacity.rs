@@ -32,8 +32,9 @@ use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use serde_json::{Map, Value};
 
 /// Attributes whose presence puts an item in a sparse index (the servicing table's
-/// `ArrearsIndex`, keys only, and `AllocationsIndex`, keys and the allocation: both under 1 KB).
-const INDEX_KEYS: &[&str] = &["arrearsShard", "allocatedTo"];
+/// `ArrearsIndex` and `OpenIndex`, keys only, and `AllocationsIndex`, keys and the allocation: all
+/// under 1 KB).
+const INDEX_KEYS: &[&str] = &["arrearsShard", "allocatedTo", "openShard"];
 
 /// Capacity consumed, by kind and by the item type written (`itemType`, else the key's prefix).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -255,7 +255,7 @@ struct FaultyConnector {
 /// The accounts whose loan items a request names (`LOAN#<account>` keys), each once, in
 /// order; `[""]` when it names none.
 /// What IAM authorizes a DynamoDB request by: `(dynamodb:<action>, partition key)` per item it
-/// names (`index/<name>` for a query of an index, `*` for a scan).
+/// names (`index/<name>:<the index's partition key>` for a query of an index, `*` for a scan).
 fn access_of(operation: &str, body: &[u8]) -> Vec<(String, String)> {
     let Ok(body) = serde_json::from_slice::<Value>(body) else {
         return Vec::new();
@@ -279,7 +279,18 @@ fn access_of(operation: &str, body: &[u8]) -> Vec<(String, String)> {
             .map(|key| (action(operation), pk(&key)))
             .collect(),
         "Query" => match body["IndexName"].as_str() {
-            Some(index) => vec![(action(operation), format!("index/{index}"))],
+            // IAM's leading keys of an index query are the index's partition key values: the
+            // value the key condition's first equality names.
+            Some(index) => {
+                let condition = body["KeyConditionExpression"].as_str().unwrap_or_default();
+                let placeholder = condition
+                    .split_once("= ")
+                    .map(|(_, rest)| rest.split_whitespace().next().unwrap_or_default());
+                let key = placeholder
+                    .and_then(|p| body["ExpressionAttributeValues"][p]["S"].as_str())
+                    .unwrap_or_default();
+                vec![(action(operation), format!("index/{index}:{key}"))]
+            }
             None => {
                 let pk = body["ExpressionAttributeValues"][":pk"]["S"].as_str();
                 vec![(action(operation), pk.unwrap_or_default().to_owned())]

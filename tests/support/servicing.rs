@@ -18,7 +18,7 @@ use servicing_domain::{AccountId, Ledger, LoanAccount, ServicingEvent, StoredAll
 use servicing_store::OutboxEvent;
 use servicing_store::items::{ALLOCATED_TO, ALLOCATIONS_INDEX, OUTBOX, REVERSED_BY};
 use servicing_store::schema::{self, ClaimRecord, IdempotencyRecord, QuarantineRecord};
-use servicing_store::{ServicingStore, StoreConfig, arrears};
+use servicing_store::{ServicingStore, StoreConfig, arrears, open};
 
 use crate::capacity::CapacityMeter;
 use crate::faults::FaultPlan;
@@ -107,6 +107,14 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, stream: bool) -> St
         .attribute_definitions(attr(arrears::ARREARS_SHARD))
         .attribute_definitions(attr(arrears::ARREARS_SINCE))
         .attribute_definitions(attr(ALLOCATED_TO))
+        .attribute_definitions(attr(open::OPEN_SHARD))
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(open::OPEN_SINCE)
+                .attribute_type(ScalarAttributeType::N)
+                .build()
+                .expect("attribute"),
+        )
         .key_schema(key("pk", KeyType::Hash))
         .key_schema(key("sk", KeyType::Range))
         .global_secondary_indexes(
@@ -131,6 +139,19 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, stream: bool) -> St
                         .projection_type(ProjectionType::Include)
                         .non_key_attributes(OUTBOX)
                         .non_key_attributes(REVERSED_BY)
+                        .build(),
+                )
+                .build()
+                .expect("index"),
+        )
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(open::OPEN_INDEX)
+                .key_schema(key(open::OPEN_SHARD, KeyType::Hash))
+                .key_schema(key(open::OPEN_SINCE, KeyType::Range))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::KeysOnly)
                         .build(),
                 )
                 .build()

@@ -2,8 +2,9 @@
 //! reconciliation of what came in against what was applied, quarantine inspection and redrive,
 //! and a replay guard that refuses facts whose deduplication window has passed.
 //!
-//! These read with `Scan` (one pass per operation): they are for operators and a daily job,
-//! never for a hot path.
+//! What they read grows with what they report, not with the table's history: open things from
+//! the sparse open index (`open_items`), a window's quarantine by its days. The checks that
+//! still read every item say so (`scan_types`): they are for audits, never for a hot path.
 
 pub mod actions;
 pub mod dlq;
@@ -18,7 +19,9 @@ pub mod republish;
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use servicing_store::ServicingStore;
+use servicing_store::open::OpenKind;
 use servicing_store::schema::ClaimRecord;
 
 pub type Item = HashMap<String, AttributeValue>;
@@ -89,6 +92,70 @@ async fn scan_segment(
         .try_collect()
         .await
         .map_err(failed(format!("scan of {table} failed")))
+}
+
+/// Keys per `BatchGetItem` (DynamoDB's maximum).
+const BATCH_GET_KEYS: usize = 100;
+
+/// The items at `keys` that exist, read consistently in `BatchGetItem`s of at most 100 keys;
+/// unprocessed keys (throttling) are asked again with a short backoff.
+pub(crate) async fn batch_get(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    keys: Vec<Item>,
+) -> anyhow::Result<Vec<Item>> {
+    let mut found = Vec::new();
+    for chunk in keys.chunks(BATCH_GET_KEYS) {
+        let mut pending = chunk.to_vec();
+        for attempt in 0..8u32 {
+            let request = KeysAndAttributes::builder()
+                .set_keys(Some(pending))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| anyhow::anyhow!("cannot build the key list: {e}"))?;
+            let answer = client
+                .batch_get_item()
+                .request_items(table, request)
+                .send()
+                .await
+                .map_err(failed(format!("cannot read items from {table}")))?;
+            found.extend(
+                answer
+                    .responses
+                    .and_then(|mut r| r.remove(table))
+                    .unwrap_or_default(),
+            );
+            pending = answer
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(table))
+                .map(|k| k.keys)
+                .unwrap_or_default();
+            if pending.is_empty() {
+                break;
+            }
+            if attempt == 7 {
+                anyhow::bail!(
+                    "{table} left {} keys unprocessed after 8 attempts",
+                    pending.len()
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+        }
+    }
+    Ok(found)
+}
+
+/// The items open as `kind` (listed by the open index, then read whole and consistently): what
+/// the daily jobs and the listings of open things read, whatever the table's history. An item
+/// the index still lists after it closed comes back closed: callers judge its state.
+pub async fn open_items(store: &ServicingStore, kind: OpenKind) -> anyhow::Result<Vec<Item>> {
+    let keys = store
+        .open(kind)
+        .await?
+        .into_iter()
+        .map(|entry| servicing_store::items::key_item((entry.pk, entry.sk)))
+        .collect();
+    batch_get(store.client(), store.table(), keys).await
 }
 
 /// The claim account-state holds for `source`, if any (consistent read; key layout and record

@@ -91,7 +91,21 @@ pub async fn expire(
 ) -> anyhow::Result<Expiry> {
     let cutoff = now.saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
     let mut expiry = Expiry::default();
-    for loan in store.parked_loans().await? {
+    for account in store.parked_accounts().await? {
+        // Each account read on its own: a failed read is that account's problem, not the run's.
+        let loan = match account {
+            Ok(account) => match store.parked_loan(&account).await {
+                Ok(Some(loan)) => loan,
+                Ok(None) => continue,
+                Err(e) => {
+                    expiry
+                        .problems
+                        .push(format!("{account}: cannot read its loan item: {e}"));
+                    continue;
+                }
+            },
+            Err(u) => Err(u),
+        };
         let loan = match loan {
             Ok(loan) => loan,
             Err(u) => {

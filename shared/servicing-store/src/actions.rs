@@ -65,6 +65,9 @@ impl ActionStatus {
     }
 }
 
+/// What an update that settles an action removes besides the lease: its open-index keys.
+const SETTLES: &str = ", openShard, openSince";
+
 /// An action as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActionRecord {
@@ -163,16 +166,22 @@ impl ServicingStore {
         detail: &str,
     ) -> Result<(), StoreError> {
         let (_, now_millis) = now_epoch();
+        // Settled (`SENT`, `REJECTED`): out of the open index; `PENDING` again stays in it.
+        let settles = if status == ActionStatus::Pending {
+            ""
+        } else {
+            SETTLES
+        };
         let result = self
             .client
             .update_item()
             .table_name(&self.config.table)
             .set_key(Some(items::key_item(items::action_key(action_id))))
-            .update_expression(
+            .update_expression(format!(
                 "SET #status = :status, attempts = if_not_exists(attempts, :zero) + :one, \
                  lastHttpStatus = :http, lastDetail = :detail, updatedAt = :now \
-                 REMOVE leaseId, leaseUntil",
-            )
+                 REMOVE leaseId, leaseUntil{settles}"
+            ))
             .condition_expression(
                 "attribute_exists(pk) AND #status = :sending AND leaseId = :lease",
             )
@@ -350,10 +359,10 @@ impl ServicingStore {
             .update_item()
             .table_name(&self.config.table)
             .set_key(Some(items::key_item(items::action_key(action_id))))
-            .update_expression(
+            .update_expression(format!(
                 "SET #status = :superseded, lastDetail = :detail, updatedAt = :now \
-                 REMOVE leaseId, leaseUntil",
-            )
+                 REMOVE leaseId, leaseUntil{SETTLES}"
+            ))
             .condition_expression(
                 "attribute_exists(pk) AND #status = :sending AND leaseId = :lease",
             )

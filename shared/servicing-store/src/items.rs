@@ -98,7 +98,7 @@ pub fn action_key(action_id: &str) -> (String, String) {
 
 pub fn action_item(intent: &crate::ActionIntent, now: i64) -> Result<Item, StoreError> {
     let (pk, sk) = action_key(&intent.action_id);
-    crate::schema::to_item(&crate::schema::ActionItem {
+    let mut item = crate::schema::to_item(&crate::schema::ActionItem {
         pk,
         sk,
         item_type: crate::schema::ActionItem::ITEM_TYPE.into(),
@@ -114,7 +114,10 @@ pub fn action_item(intent: &crate::ActionIntent, now: i64) -> Result<Item, Store
         last_http_status: None,
         last_detail: None,
         updated_at: None,
-    })
+    })?;
+    // In the open index until it settles (`SENT`, `REJECTED`, `SUPERSEDED` remove it).
+    item.extend(crate::open::OpenKind::Action.attributes(&intent.action_id, now));
+    Ok(item)
 }
 
 /// Quarantine items are partitioned per consumer and day, sorted by time then message id.
@@ -169,6 +172,14 @@ pub fn loan_item(loan: &LoanItem) -> Result<Item, StoreError> {
         }
         let parked = serde_dynamo::to_attribute_value(&parked).map_err(encode_error)?;
         item.insert(PARKED_FACTS.to_owned(), parked);
+        // In the open index while it holds parked facts: the daily expiry reads these loans only.
+        let oldest = loan
+            .parked
+            .iter()
+            .map(|f| f.parked_at)
+            .min()
+            .unwrap_or_default();
+        item.extend(crate::open::OpenKind::Parked.attributes(loan.account_id.as_str(), oldest));
     }
     Ok(item)
 }

@@ -13,8 +13,9 @@
 //! and the mapping of refusals), `idempotency` (the API's command), `actions` (collections'
 //! external calls), `parked` (the reconciler's expiry), `quarantine`, `errors` (the one
 //! classifier of DynamoDB answers), `conditions`, `items` (the attribute mapping), `combine`
-//! (group commit), `recent` (recently applied facts on the loan item) and `arrears` (the sparse
-//! index of accounts in arrears the daily close queries).
+//! (group commit), `recent` (recently applied facts on the loan item), `arrears` (the sparse
+//! index of accounts in arrears the daily close queries) and `open` (the sparse index of open
+//! things the daily jobs and operators' listings query).
 
 mod actions;
 pub mod arrears;
@@ -25,6 +26,7 @@ mod errors;
 mod idempotency;
 pub mod items;
 mod loans;
+pub mod open;
 mod parked;
 mod quarantine;
 mod recent;

@@ -8,6 +8,7 @@ use servicing_domain::{AccountId, SourceRef};
 use crate::conditions::version_condition;
 use crate::errors::{classify, classify_service, invalid_request};
 use crate::items::{self, Verdict, s};
+use crate::open::OpenKind;
 use crate::{LoanItem, QuarantineEntry, ServicingStore, StoreError, now_epoch};
 
 /// How an expiry transaction ended.
@@ -130,41 +131,54 @@ impl ServicingStore {
         }
     }
 
-    /// Every loan item that holds parked facts (a scan: for operators and the daily job), each
-    /// decoded on its own: one undecodable item is reported, not a failed scan.
-    pub async fn parked_loans(&self) -> Result<Vec<Result<LoanItem, UndecodableLoan>>, StoreError> {
-        let found: Vec<items::Item> = self
-            .client
-            .scan()
-            .table_name(&self.config.table)
-            .filter_expression("itemType = :loan AND attribute_exists(#parked)")
-            .expression_attribute_names("#parked", items::PARKED_FACTS)
-            .expression_attribute_values(":loan", s("LOAN"))
-            .consistent_read(true)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .map_err(classify)?;
-        let mut loans = Vec::with_capacity(found.len());
-        for item in found {
-            let pk = items::string(&item, items::PK)
-                .unwrap_or_default()
-                .to_owned();
-            let undecodable = |e: StoreError| UndecodableLoan {
-                pk: pk.clone(),
+    /// The accounts whose loan items hold parked facts, from the open index (never a scan:
+    /// what it reads grows with the accounts holding parked facts, not with the table), oldest
+    /// parked first. The index lags the table: read each loan before acting on it.
+    pub async fn parked_accounts(
+        &self,
+    ) -> Result<Vec<Result<AccountId, UndecodableLoan>>, StoreError> {
+        Ok(self
+            .open(OpenKind::Parked)
+            .await?
+            .into_iter()
+            .map(|entry| {
+                entry
+                    .pk
+                    .strip_prefix("LOAN#")
+                    .and_then(|id| AccountId::parse(id).ok())
+                    .ok_or_else(|| UndecodableLoan {
+                        pk: entry.pk.clone(),
+                        error: "not a loan key".into(),
+                    })
+            })
+            .collect())
+    }
+
+    /// The loan item of `account` with its parked facts' bodies (one consistent read), when it
+    /// still holds parked facts; an item that does not decode is returned as such.
+    pub async fn parked_loan(
+        &self,
+        account: &AccountId,
+    ) -> Result<Option<Result<LoanItem, UndecodableLoan>>, StoreError> {
+        match self.load(account, &[]).await {
+            Ok(snapshot) => Ok(snapshot.loan.filter(|loan| !loan.parked.is_empty()).map(Ok)),
+            Err(e @ StoreError::Corrupt(_)) => Ok(Some(Err(UndecodableLoan {
+                pk: items::loan_key(account).0,
                 error: e.to_string(),
-            };
-            let loan = match items::loan_from_item(item) {
-                Ok(mut loan) => match self.read_apart_bodies(&mut loan).await {
-                    Ok(()) => Ok(loan),
-                    Err(e @ StoreError::Corrupt(_)) => Err(undecodable(e)),
-                    Err(e) => return Err(e),
-                },
-                Err(e) => Err(undecodable(e)),
-            };
-            loans.push(loan);
+            }))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every loan item that holds parked facts ([`Self::parked_accounts`], each read by
+    /// [`Self::parked_loan`]); one undecodable item is reported, not a failed listing.
+    pub async fn parked_loans(&self) -> Result<Vec<Result<LoanItem, UndecodableLoan>>, StoreError> {
+        let mut loans = Vec::new();
+        for account in self.parked_accounts().await? {
+            match account {
+                Ok(account) => loans.extend(self.parked_loan(&account).await?),
+                Err(undecodable) => loans.push(Err(undecodable)),
+            }
         }
         Ok(loans)
     }

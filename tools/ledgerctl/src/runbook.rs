@@ -19,9 +19,14 @@ pub enum ActionsCommand {
         /// Only this account's, e.g. `--account acc_1001`.
         #[arg(long)]
         account: Option<String>,
-        /// Only in this status: PENDING, SENDING, SENT, REJECTED, SUPERSEDED, e.g. `--status pending`.
+        /// Only in this status, e.g. `--status pending`. Settled statuses (sent, rejected,
+        /// superseded) are history: they need `--all`.
+        #[arg(long, value_enum, ignore_case = true)]
+        status: Option<ActionStatusArg>,
+        /// Every action ever recorded, settled ones included: reads the whole table (an audit;
+        /// without it, only the unsettled actions are read, from the open index).
         #[arg(long)]
-        status: Option<String>,
+        all: bool,
     },
     /// One action in full (its id is the receiver's Idempotency-Key).
     Inspect {
@@ -31,6 +36,32 @@ pub enum ActionsCommand {
         #[arg(value_name = "ACTION_ID")]
         action_id: String,
     },
+}
+
+/// A collections action's status, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ActionStatusArg {
+    Pending,
+    Sending,
+    Sent,
+    Rejected,
+    Superseded,
+}
+
+impl ActionStatusArg {
+    fn stored(self) -> &'static str {
+        match self {
+            ActionStatusArg::Pending => "PENDING",
+            ActionStatusArg::Sending => "SENDING",
+            ActionStatusArg::Sent => "SENT",
+            ActionStatusArg::Rejected => "REJECTED",
+            ActionStatusArg::Superseded => "SUPERSEDED",
+        }
+    }
+
+    fn settled(self) -> bool {
+        !matches!(self, ActionStatusArg::Pending | ActionStatusArg::Sending)
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -132,13 +163,29 @@ pub fn actions(command: &ActionsCommand, json: bool) -> anyhow::Result<bool> {
                 target,
                 account,
                 status,
+                all,
             } => {
+                if let Some(settled) = status.filter(|s| s.settled() && !all) {
+                    anyhow::bail!(
+                        "{} actions are settled history: add --all (reads the whole table)",
+                        settled.stored()
+                    );
+                }
                 let target = target.resolve(None).await?;
+                let store = servicing_store::ServicingStore::new(
+                    target.dynamodb(),
+                    servicing_store::StoreConfig::new(&target.table, "collections"),
+                );
+                let listing = if *all {
+                    actions::Listing::All
+                } else {
+                    actions::Listing::Open
+                };
                 let found = actions::list(
-                    &target.dynamodb(),
-                    &target.table,
+                    &store,
+                    listing,
                     account.as_deref(),
-                    status.as_deref(),
+                    status.map(ActionStatusArg::stored),
                 )
                 .await?;
                 if json {
@@ -158,7 +205,11 @@ pub fn actions(command: &ActionsCommand, json: bool) -> anyhow::Result<bool> {
                         a.last_detail.as_deref().unwrap_or("-")
                     );
                 }
-                println!("{} actions", found.len());
+                let read = match listing {
+                    actions::Listing::Open => "unsettled, from the open index",
+                    actions::Listing::All => "every action: a full read of the table",
+                };
+                println!("{} actions ({read})", found.len());
                 Ok(true)
             }
             ActionsCommand::Inspect { target, action_id } => {

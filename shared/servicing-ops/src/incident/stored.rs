@@ -6,12 +6,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 use servicing_store::items::{claim_key, key_item};
 use servicing_store::schema::{self, ActionItem, ClaimRecord, QuarantineRecord};
 
-use crate::{Item, failed, scan_types};
+use crate::{Item, batch_get, failed, scan_types};
 
 /// `(sourceSystem, sourceEventId)`.
 pub type Identity = (String, String);
@@ -122,52 +122,6 @@ pub async fn read(
             .sort_by(|a, b| (a.created_at, &a.action_id).cmp(&(b.created_at, &b.action_id)));
     }
     Ok(stored)
-}
-
-async fn batch_get(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-    keys: Vec<Item>,
-) -> anyhow::Result<Vec<Item>> {
-    let mut found = Vec::new();
-    let mut pending = keys;
-    // Unprocessed keys (throttling) are asked again, with a short backoff.
-    for attempt in 0..8u32 {
-        if pending.is_empty() {
-            return Ok(found);
-        }
-        let request = KeysAndAttributes::builder()
-            .set_keys(Some(pending))
-            .consistent_read(true)
-            .build()
-            .map_err(|e| anyhow::anyhow!("cannot build the key list: {e}"))?;
-        let answer = client
-            .batch_get_item()
-            .request_items(table, request)
-            .send()
-            .await
-            .map_err(failed(format!(
-                "cannot read the facts' records from {table}"
-            )))?;
-        found.extend(
-            answer
-                .responses
-                .and_then(|mut r| r.remove(table))
-                .unwrap_or_default(),
-        );
-        pending = answer
-            .unprocessed_keys
-            .and_then(|mut u| u.remove(table))
-            .map(|k| k.keys)
-            .unwrap_or_default();
-        if !pending.is_empty() {
-            tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-        }
-    }
-    anyhow::bail!(
-        "{table} left {} keys unprocessed after 8 attempts",
-        pending.len()
-    )
 }
 
 /// The UTC days of a window (quarantine partitions), at most 400.

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use servicing_domain::outbox::detail_types;
 use servicing_domain::{SourceRef, StoredAllocation};
+use servicing_store::open::OpenKind;
 use servicing_store::schema::{self, ActionItem, ClaimRecord, IdempotencyRecord, OutboxEvent};
 use servicing_store::{ServicingStore, StoreConfig};
 
@@ -29,11 +30,7 @@ pub async fn reconcile_money(
     let mut items = scan_types(
         client,
         table,
-        &[
-            ClaimRecord::ITEM_TYPE,
-            IdempotencyRecord::ITEM_TYPE,
-            ActionItem::ITEM_TYPE,
-        ],
+        &[ClaimRecord::ITEM_TYPE, IdempotencyRecord::ITEM_TYPE],
     )
     .await?;
     let mut report = MoneyReconciliation::default();
@@ -185,8 +182,10 @@ pub async fn reconcile_money(
         }
     }
 
-    // Collections actions that should have settled by now.
-    for item in items.remove(ActionItem::ITEM_TYPE).unwrap_or_default() {
+    // Collections actions that should have settled by now: the unsettled ones, from the open
+    // index (settled actions are history this never reads).
+    let store = ServicingStore::new(client.clone(), StoreConfig::new(table, "account-state"));
+    for item in crate::open_items(&store, OpenKind::Action).await? {
         let action: ActionItem = match schema::from_item(item) {
             Ok(a) => a,
             Err(e) => {
@@ -222,8 +221,11 @@ pub async fn reconcile_money(
         }
     }
 
+    report
+        .stuck_actions
+        .sort_by(|a, b| (b.age_secs, &a.action_id).cmp(&(a.age_secs, &b.action_id)));
+
     // Parked facts whose awaited fact applied, never released.
-    let store = ServicingStore::new(client.clone(), StoreConfig::new(table, "account-state"));
     for view in crate::parked::list(&store).await? {
         if view
             .fact

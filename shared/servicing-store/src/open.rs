@@ -1,0 +1,116 @@
+//! The sparse index of open things (`OpenIndex`, keys only): an item carries `openShard` and
+//! `openSince` only while what it stands for is open — a loan holding parked facts, a
+//! collections action not settled, an accepted API payment not yet confirmed applied — written
+//! by the write that opens it and removed by the one that closes it. The daily jobs and the
+//! operators' listings query it, so they read what is open, never the table's history.
+//!
+//! Price on the hot path: nothing for an ordinary fact (its items never carry the attributes);
+//! an index write when a thing opens or closes (DynamoDB writes an index only when an item's
+//! index keys change, or it enters or leaves the index).
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use sha2::{Digest, Sha256};
+
+use crate::errors::classify;
+use crate::items::{self, Item, n, s};
+use crate::{ServicingStore, StoreError};
+
+/// The index's name (template.yaml `ServicingTable`).
+pub const OPEN_INDEX: &str = "OpenIndex";
+/// The index's partition key: `OPEN#<kind>#<nn>`.
+pub const OPEN_SHARD: &str = "openShard";
+/// The index's sort key (N): when it opened, epoch seconds (for a loan, its oldest parked fact).
+pub const OPEN_SINCE: &str = "openSince";
+/// Partitions per kind, so no partition of the index takes every write of a kind.
+pub const OPEN_SHARDS: u8 = 16;
+
+/// What is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenKind {
+    /// A loan item holding parked facts (key: the account id).
+    Parked,
+    /// A collections action not settled (`PENDING`, `SENDING`; key: the action id).
+    Action,
+    /// An API payment answered 202 and not yet confirmed applied (key: the operation id).
+    Accepted,
+}
+
+impl OpenKind {
+    pub const ALL: [OpenKind; 3] = [OpenKind::Parked, OpenKind::Action, OpenKind::Accepted];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpenKind::Parked => "PARKED",
+            OpenKind::Action => "ACTION",
+            OpenKind::Accepted => "ACCEPTED",
+        }
+    }
+
+    /// `OPEN#<kind>#<nn>`: a stable spread of keys over the kind's shards.
+    pub fn shard_of(self, key: &str) -> String {
+        let digest = Sha256::digest(key.as_bytes());
+        self.shard(digest[0] % OPEN_SHARDS)
+    }
+
+    fn shard(self, shard: u8) -> String {
+        format!("OPEN#{}#{shard:02}", self.as_str())
+    }
+
+    /// The index attributes of an open item keyed `key`, open since `since` (epoch seconds).
+    pub fn attributes(self, key: &str, since: i64) -> [(String, AttributeValue); 2] {
+        [
+            (OPEN_SHARD.to_owned(), s(self.shard_of(key))),
+            (OPEN_SINCE.to_owned(), n(since)),
+        ]
+    }
+}
+
+/// One entry of the index: the table key of an open item and when it opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenEntry {
+    pub pk: String,
+    pub sk: String,
+    pub since: i64,
+}
+
+impl ServicingStore {
+    /// Every open item of `kind`, oldest first: one paginated `Query` per shard of the index,
+    /// never a scan. The index is eventually consistent: a thing opened a moment ago may be
+    /// missing and one closed a moment ago still listed, so readers read the item itself
+    /// (consistently) before they act on it.
+    pub async fn open(&self, kind: OpenKind) -> Result<Vec<OpenEntry>, StoreError> {
+        let mut entries = Vec::new();
+        for shard in 0..OPEN_SHARDS {
+            let found: Vec<Item> = self
+                .client
+                .query()
+                .table_name(&self.config.table)
+                .index_name(OPEN_INDEX)
+                .key_condition_expression("#shard = :shard")
+                .expression_attribute_names("#shard", OPEN_SHARD)
+                .expression_attribute_values(":shard", s(kind.shard(shard)))
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await
+                .map_err(classify)?;
+            for item in found {
+                let field = |name: &str| {
+                    items::string(&item, name)
+                        .map(str::to_owned)
+                        .ok_or_else(|| {
+                            StoreError::Corrupt(format!("an {OPEN_INDEX} entry without {name}"))
+                        })
+                };
+                entries.push(OpenEntry {
+                    pk: field(items::PK)?,
+                    sk: field(items::SK)?,
+                    since: i64::try_from(items::number(&item, OPEN_SINCE)?).unwrap_or(i64::MAX),
+                });
+            }
+        }
+        entries.sort_by(|a, b| (a.since, &a.pk).cmp(&(b.since, &b.pk)));
+        Ok(entries)
+    }
+}

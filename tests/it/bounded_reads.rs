@@ -1,0 +1,210 @@
+//! Issue #33: the daily jobs and the operators' listings read what they report, never the
+//! table's history. Each scenario writes history that is closed (applied facts, settled
+//! actions, confirmed payments) beside a few open things, runs the job through a recording
+//! client, and holds what it read to the open things alone: no `Scan`, and no item of the
+//! history read.
+
+use std::time::Duration;
+
+use integration_tests::Engine;
+use integration_tests::faults::FaultPlan;
+use integration_tests::generate::{open, pay, reverse};
+use integration_tests::servicing::{Servicing, process};
+use servicing_ops::actions::Listing;
+use servicing_store::{ActionIntent, ActionStatus};
+
+on_both_engines!(
+    when_parked_facts_expire_should_read_only_the_accounts_holding_them,
+    when_actions_are_checked_should_read_only_the_unsettled_ones,
+);
+
+/// The requests of a recorded run, as `(action, key)`.
+type Access = std::collections::BTreeSet<(String, String)>;
+
+fn scans(access: &Access) -> Vec<&(String, String)> {
+    access
+        .iter()
+        .filter(|(action, _)| action == "dynamodb:Scan")
+        .collect()
+}
+
+/// Closed history: `accounts` opened accounts with a payment applied each.
+async fn history(servicing: &Servicing, prefix: &str, accounts: usize) {
+    let handler = servicing.handler();
+    for i in 0..accounts {
+        let a = format!("{prefix}_{i:03}");
+        process(
+            &handler,
+            &[
+                (&format!("{a}-o"), open(&a)),
+                (&format!("{a}-p"), pay(&a, &format!("{a}-pay"), 2, 1_000)),
+            ],
+        )
+        .await;
+    }
+}
+
+async fn when_parked_facts_expire_should_read_only_the_accounts_holding_them(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    history(&servicing, "acc_hist", 30).await;
+    // Two accounts hold parked facts: a reversal of a payment never seen, a payment before
+    // its account's opening.
+    let handler = servicing.handler();
+    process(
+        &handler,
+        &[
+            ("po", open("acc_parked_a")),
+            ("pr", reverse("acc_parked_a", "rev-x", "pay-never", 3, 100)),
+            ("pp", pay("acc_parked_b", "pay-early", 2, 500)),
+        ],
+    )
+    .await;
+
+    let plan = FaultPlan::default();
+    let store = servicing.faulty_store("account-state", &plan);
+    let now = servicing_ops::epoch_seconds() + 3_600;
+    let expiry = servicing_ops::parked::expire(&store, now, Duration::from_secs(60))
+        .await
+        .expect("expiry");
+    assert_eq!(
+        (expiry.missing, expiry.problems.len()),
+        (2, 0),
+        "{engine:?}: both parked facts expired: {expiry:?}"
+    );
+    let access = plan.access();
+    assert!(
+        scans(&access).is_empty(),
+        "{engine:?}: scanned: {access:#?}"
+    );
+    let loans_read: Vec<&str> = access
+        .iter()
+        .filter(|(action, key)| action == "dynamodb:Query" && key.starts_with("LOAN#"))
+        .map(|(_, key)| key.as_str())
+        .collect();
+    assert_eq!(
+        loans_read,
+        ["LOAN#acc_parked_a", "LOAN#acc_parked_b"],
+        "{engine:?}: only the accounts holding parked facts are read"
+    );
+    // Taken off: the index no longer lists them (the next run reads nothing).
+    let plan = FaultPlan::default();
+    let store = servicing.faulty_store("account-state", &plan);
+    let again = servicing_ops::parked::expire(&store, now, Duration::from_secs(60))
+        .await
+        .expect("expiry");
+    assert_eq!((again.missing, again.still_parked), (0, 0), "{engine:?}");
+    assert!(
+        plan.access()
+            .iter()
+            .all(|(_, key)| key.starts_with("index/OpenIndex:")),
+        "{engine:?}: an expired account leaves the index: {:#?}",
+        plan.access()
+    );
+}
+
+/// Recorded as collections records them (`PENDING`, in the open index), then settled or not
+/// through the store's own lease and outcome writes.
+async fn when_actions_are_checked_should_read_only_the_unsettled_ones(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let store = servicing.store("collections");
+    let long_ago = servicing_ops::epoch_seconds() - 86_400;
+    let ids: Vec<String> = (0..24)
+        .map(|i| format!("collections_notification:act-{i:02}"))
+        .collect();
+    for (i, id) in ids.iter().enumerate() {
+        let intent = ActionIntent {
+            action_id: id.clone(),
+            account_id: servicing_domain::AccountId::parse(&format!("acc_act_{i:02}")).expect("id"),
+            event_id: format!("evt-{i}"),
+            payload: serde_json::json!({"notice": i}),
+        };
+        servicing
+            .client
+            .put_item()
+            .table_name(&servicing.table)
+            .set_item(Some(
+                servicing_store::items::action_item(&intent, long_ago).expect("item"),
+            ))
+            .send()
+            .await
+            .expect("action recorded");
+    }
+    let lease_until = (servicing_ops::epoch_seconds() + 60) * 1000;
+    // 20 settled (sent, rejected), one retried (pending again), one leased (sending, lease
+    // live), two never tried.
+    for (i, id) in ids.iter().enumerate().take(22) {
+        let lease = format!("lease-{i}");
+        assert_eq!(
+            store
+                .lease_action(id, &lease, lease_until)
+                .await
+                .expect("lease"),
+            None
+        );
+        let outcome = match i {
+            0..10 => Some(ActionStatus::Sent),
+            10..20 => Some(ActionStatus::Rejected),
+            20 => Some(ActionStatus::Pending),
+            _ => None,
+        };
+        if let Some(status) = outcome {
+            store
+                .record_action(id, &lease, status, Some(200), "answer")
+                .await
+                .expect("outcome");
+        }
+    }
+    let open: Vec<&String> = ids[20..].iter().collect();
+
+    let plan = FaultPlan::default();
+    let faulty = servicing.faulty_store("collections", &plan);
+    let listed = servicing_ops::actions::list(&faulty, Listing::Open, None, None)
+        .await
+        .expect("listing");
+    let listed: Vec<&String> = listed.iter().map(|a| &a.action_id).collect();
+    assert_eq!(
+        listed, open,
+        "{engine:?}: the unsettled actions, oldest first"
+    );
+    let access = plan.access();
+    assert!(
+        scans(&access).is_empty(),
+        "{engine:?}: scanned: {access:#?}"
+    );
+    let read: Vec<&str> = access
+        .iter()
+        .filter(|(_, key)| key.starts_with("ACTION#"))
+        .map(|(_, key)| key.as_str())
+        .collect();
+    assert_eq!(
+        read.len(),
+        open.len(),
+        "{engine:?}: only unsettled actions read: {read:#?}"
+    );
+
+    // The daily money check reports the stuck ones from the same reads: the leased one is
+    // not stuck while its lease lives.
+    let plan = FaultPlan::default();
+    let client = plan.client(&servicing.client);
+    let money = servicing_ops::money::reconcile_money(
+        &client,
+        &servicing.table,
+        &[],
+        servicing_ops::epoch_seconds(),
+        servicing_ops::money::Grace::default(),
+    )
+    .await
+    .expect("money");
+    let stuck: Vec<&String> = money.stuck_actions.iter().map(|a| &a.action_id).collect();
+    assert_eq!(stuck, [&ids[20], &ids[22], &ids[23]], "{engine:?}");
+    let actions_read = plan
+        .access()
+        .iter()
+        .filter(|(_, key)| key.starts_with("ACTION#"))
+        .count();
+    assert_eq!(
+        actions_read,
+        open.len(),
+        "{engine:?}: settled actions are never read"
+    );
+}
