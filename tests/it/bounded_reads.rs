@@ -6,16 +6,20 @@
 
 use std::time::Duration;
 
+use account_state::MessageResult;
 use integration_tests::Engine;
 use integration_tests::faults::FaultPlan;
 use integration_tests::generate::{open, pay, reverse};
 use integration_tests::servicing::{Servicing, process};
+
+use crate::payments_api::{ALICE, api_outbox, open_account, payment, post};
 use servicing_ops::actions::Listing;
 use servicing_store::{ActionIntent, ActionStatus};
 
 on_both_engines!(
     when_parked_facts_expire_should_read_only_the_accounts_holding_them,
     when_actions_are_checked_should_read_only_the_unsettled_ones,
+    when_api_payments_are_checked_should_read_only_the_unconfirmed_ones,
 );
 
 /// The requests of a recorded run, as `(action, key)`.
@@ -206,5 +210,92 @@ async fn when_actions_are_checked_should_read_only_the_unsettled_ones(engine: En
         actions_read,
         open.len(),
         "{engine:?}: settled actions are never read"
+    );
+}
+
+/// API payments accepted, applied and confirmed by earlier runs are history: a check reads the
+/// ones not yet confirmed, and the daily run confirms those it sees applied.
+async fn when_api_payments_are_checked_should_read_only_the_unconfirmed_ones(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_api_hist";
+    open_account(&servicing, a).await;
+    let api = payments_api::PaymentsApi::new(servicing.store("payments-api"));
+    let handler = servicing.handler();
+    let store = servicing.store("account-state");
+    let check = |client: aws_sdk_dynamodb::Client| {
+        let table = servicing.table.clone();
+        async move {
+            servicing_ops::money::reconcile_money(
+                &client,
+                &table,
+                &[],
+                servicing_ops::epoch_seconds() + 3_600,
+                servicing_ops::money::Grace::default(),
+            )
+            .await
+            .expect("money")
+        }
+    };
+    // History: 12 payments accepted, applied, and confirmed by a daily run.
+    for i in 0..12 {
+        let body = payment(a, 100 + i, &format!("inv-{i}"));
+        let accepted = api
+            .handle(post(Some(ALICE), Some(&format!("k-{i}")), &body))
+            .await;
+        assert_eq!(accepted.status(), 202);
+    }
+    for (i, event) in api_outbox(&servicing).await.into_iter().enumerate() {
+        let id = format!("api-{i}");
+        assert_eq!(
+            process(&handler, &[(&id, event.detail)]).await,
+            [MessageResult::Applied]
+        );
+    }
+    let money = check(servicing.client.clone()).await;
+    assert_eq!(
+        (money.accepted, money.confirmed.len()),
+        (12, 12),
+        "{engine:?}"
+    );
+    servicing_ops::money::confirm_applied(&store, &money)
+        .await
+        .expect("confirmed");
+    // Today: one more applied, one accepted and never applied.
+    for (key, amount) in [("today-applied", 70), ("today-lost", 80)] {
+        let body = payment(a, amount, key);
+        assert_eq!(
+            api.handle(post(Some(ALICE), Some(key), &body))
+                .await
+                .status(),
+            202
+        );
+    }
+    let applied = api_outbox(&servicing)
+        .await
+        .into_iter()
+        .find(|e| e.detail["amountMinor"] == 70)
+        .expect("today's payment");
+    assert_eq!(
+        process(&handler, &[("api-today", applied.detail)]).await,
+        [MessageResult::Applied]
+    );
+
+    let plan = FaultPlan::default();
+    let money = check(plan.client(&servicing.client)).await;
+    assert_eq!(
+        (money.accepted, money.confirmed.len()),
+        (2, 1),
+        "{engine:?}"
+    );
+    let lost: Vec<i64> = money.not_applied.iter().map(|n| n.amount_minor).collect();
+    assert_eq!(lost, [80], "{engine:?}: the one never applied is reported");
+    let records_read = plan
+        .access()
+        .iter()
+        .filter(|(_, key)| key.starts_with("IDEMPOTENCY#"))
+        .count();
+    assert_eq!(
+        records_read, 2,
+        "{engine:?}: confirmed payments are never read again"
     );
 }

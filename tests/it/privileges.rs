@@ -178,7 +178,8 @@ async fn when_the_payments_api_runs_should_touch_only_what_its_role_declares(eng
     assert_declared("PaymentsApiFunction", engine, &plan.access());
 }
 
-/// A daily run that expires a parked fact (its body kept apart) and finds a ready one.
+/// A daily run that expires a parked fact (its body kept apart), confirms an applied API
+/// payment and checks an unsettled action.
 async fn when_the_reconciler_runs_should_touch_only_what_its_role_declares(engine: Engine) {
     let servicing = Servicing::new(engine).await;
     let a = "acc_iam_rec";
@@ -186,6 +187,40 @@ async fn when_the_reconciler_runs_should_touch_only_what_its_role_declares(engin
     let mut orphan = reverse(a, "rev-orphan", "pay-never", 4, 100);
     orphan["producerNote"] = json!("x".repeat(3_000));
     process(&handler, &[("o", open(a)), ("r", orphan)]).await;
+    // An accepted API payment, applied (the run confirms it), and an unsettled action.
+    let api = payments_api::PaymentsApi::new(servicing.store("payments-api"));
+    let accepted = api
+        .handle(post(
+            Some(ALICE),
+            Some("iam-rec"),
+            &payment(a, 300, "inv-rec"),
+        ))
+        .await;
+    assert_eq!(accepted.status(), 202);
+    let detail = crate::payments_api::api_outbox(&servicing).await[0]
+        .detail
+        .clone();
+    assert_eq!(
+        process(&handler, &[("api", detail)]).await,
+        [MessageResult::Applied]
+    );
+    let intent = servicing_store::ActionIntent {
+        action_id: "collections_notification:iam-rec".into(),
+        account_id: servicing_domain::AccountId::parse(a).expect("id"),
+        event_id: "evt-iam-rec".into(),
+        payload: json!({"notice": "dpd_30"}),
+    };
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .set_item(Some(
+            servicing_store::items::action_item(&intent, servicing_ops::epoch_seconds())
+                .expect("action"),
+        ))
+        .send()
+        .await
+        .expect("action recorded");
     let sqs = aws_sdk_sqs::Client::new(&Engine::MiniStack.sdk_config().await);
     let (queue_url, _) = integration_tests::lambda::queue(&sqs, "iam-servicing", true).await;
     let config = ::reconciler::Config {
@@ -198,9 +233,10 @@ async fn when_the_reconciler_runs_should_touch_only_what_its_role_declares(engin
     let plan = FaultPlan::default();
     let store = servicing.faulty_store("account-state", &plan);
     let now = servicing_ops::epoch_seconds() + 3_600;
-    ::reconciler::run_at(&config, &store, &sqs, now)
+    let run = ::reconciler::run_at(&config, &store, &sqs, now)
         .await
         .expect("run");
+    assert_eq!(run["acceptedConfirmed"], 1, "{run:#}");
     assert!(
         servicing
             .quarantine()

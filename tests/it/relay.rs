@@ -656,9 +656,13 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
         );
         record
     };
+    // The reconciler's later confirmation of op_a (a MODIFY of its record) is not a payment.
+    let mut confirmation = payment("3", "op_a", "acc_api_1");
+    confirmation.event_name = "MODIFY".into();
     let records = vec![
         payment("1", "op_a", "acc_api_1"),
         payment("2", "op_b", "acc_api_2"),
+        confirmation,
     ];
     let fake = FakeEventBridge::default();
     let (_server, fake_config) = fake.start().await;
@@ -666,8 +670,8 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
         relay_with(&servicing, &fake_config, "bus").with_servicing_queue(relay_sqs, &servicing_url);
     let report = relay.relay(&records).await;
     assert_eq!(
-        (report.published, report.checkpoint.clone()),
-        (2, None),
+        (report.published, report.skipped, report.checkpoint.clone()),
+        (2, 1, None),
         "{report:?}"
     );
     let got = sqs

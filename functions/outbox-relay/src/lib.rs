@@ -2,8 +2,9 @@
 //!
 //! A fact's record (or an API idempotency record) carries the events its write publishes in its
 //! `outbox` attribute; only the write that applied the fact matters: an INSERT, or a MODIFY by
-//! the put that applied a parked fact or renewed an expired claim. The one later write to a
-//! record with events — a reversal's mark on its payment's allocation — is skipped (the event
+//! the put that applied a parked fact or renewed an expired claim. The later writes to a record
+//! with events — a reversal's mark on its payment's allocation, the reconciler's confirmation
+//! that an accepted API payment applied — are skipped (the event
 //! source mapping filters on `outbox` too, but the code does not rely on it). A record's events
 //! are published together, in stream order, in chunks of at most 10 entries and 256 KB. Every
 //! entry of every response is checked; the first record with a failed entry is returned as the

@@ -20,6 +20,16 @@ fn is_reversal_mark(image: &HashMap<String, serde_dynamo::AttributeValue>) -> bo
     image.contains_key(REVERSED_BY)
 }
 
+/// A later write to an API payment's idempotency record, which is put once (create-only): the
+/// reconciler's confirmation that the payment applied, never a publication.
+fn is_later_write_of_an_api_record(record: &EventRecord) -> bool {
+    record.event_name == "MODIFY"
+        && matches!(
+            record.change.new_image.get("pk"),
+            Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("IDEMPOTENCY#")
+        )
+}
+
 /// The outbox events account-state must apply (the API's accepted payments).
 pub(crate) const API_PAYMENTS: (&str, &str) = ("servicing.payments-api", "PaymentSettled");
 
@@ -52,7 +62,8 @@ impl OutboxRelay {
         let image = &record.change.new_image;
         let applied_by_this_write = matches!(record.event_name.as_str(), "INSERT" | "MODIFY")
             && image.contains_key(OUTBOX)
-            && !is_reversal_mark(image);
+            && !is_reversal_mark(image)
+            && !is_later_write_of_an_api_record(record);
         if !applied_by_this_write {
             return Plan::Skip;
         }

@@ -64,6 +64,8 @@ pub struct RunCounts {
     pub ready_not_released: u64,
     /// API payments answered 202 and not applied after the grace (`money::Grace`).
     pub accepted_not_applied: u64,
+    /// API payments this run saw applied and took out of the open index.
+    pub accepted_confirmed: u64,
     /// Collections actions unsettled after their grace.
     pub actions_pending_too_long: u64,
     /// Applied payments sharing a content key under different identities, the second applied
@@ -72,7 +74,7 @@ pub struct RunCounts {
 }
 
 impl RunCounts {
-    pub fn metrics(&self) -> [(&'static str, u64); 8] {
+    pub fn metrics(&self) -> [(&'static str, u64); 9] {
         [
             ("ReconciliationProblems", self.reconciliation_problems),
             ("ReconciledApplied", self.reconciled_applied),
@@ -80,6 +82,7 @@ impl RunCounts {
             ("StillParked", self.still_parked),
             ("ReadyNotReleased", self.ready_not_released),
             ("AcceptedNotApplied", self.accepted_not_applied),
+            ("AcceptedConfirmed", self.accepted_confirmed),
             ("ActionsPendingTooLong", self.actions_pending_too_long),
             ("SuspectedDuplicates", self.suspected_duplicates),
         ]
@@ -156,6 +159,8 @@ pub async fn run_at(
     )
     .await?;
     problems.extend(money.unreadable.iter().cloned());
+    // Applied API payments leave the open index: tomorrow's run reads only what is still open.
+    let confirmed = servicing_ops::money::confirm_applied(store, &money).await?;
     let not_applied: Vec<&servicing_ops::money::NotApplied> =
         money.not_applied.iter().filter(|n| !n.in_flight).collect();
     for n in &not_applied {
@@ -184,6 +189,7 @@ pub async fn run_at(
         still_parked: expiry.still_parked,
         ready_not_released: expiry.ready.len() as u64,
         accepted_not_applied: not_applied.len() as u64,
+        accepted_confirmed: confirmed,
         actions_pending_too_long: money.stuck_actions.len() as u64,
         // New in the window: a pair stays in the table for good, the metric says when it came.
         suspected_duplicates: money
@@ -197,6 +203,7 @@ pub async fn run_at(
         "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty(),
         "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
         "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),
+        "acceptedConfirmed": confirmed,
         "suspectedDuplicates": counts.suspected_duplicates,
         "problems": problems,
         "parkedExpired": {"missing": expiry.missing, "mismatched": expiry.mismatched},

@@ -6,8 +6,9 @@
 //! a person, never reversed automatically).
 //!
 //! Read from the facts' records (`ClaimRecord`: a payment's `PaymentApplied` event carries its
-//! allocation, a reversal's `PaymentReversed` its amount) and the API's idempotency records
-//! (each accepted one carries the `PAYMENT_SETTLED` it sent): one scan pass.
+//! allocation, a reversal's `PaymentReversed` its amount; still one scan pass for the totals and
+//! suspected duplicates), and from the open index: the API's idempotency records not yet
+//! confirmed applied (each carries the `PAYMENT_SETTLED` it sent) and the unsettled actions.
 //!
 //! Here the report's form, its lines and the settlement file; the scan pass that fills the
 //! report is in `reconcile`.
@@ -100,6 +101,22 @@ impl Default for Grace {
     }
 }
 
+/// Takes the accepted API payments `report` found applied out of the open index, so the next
+/// check reads only what is still open (the daily reconciler; `ledgerctl` only reads). Answers
+/// how many were confirmed.
+pub async fn confirm_applied(
+    store: &servicing_store::ServicingStore,
+    report: &MoneyReconciliation,
+) -> anyhow::Result<u64> {
+    for key in &report.confirmed {
+        store
+            .close_open(key.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot confirm {} as applied: {e}", key.0))?;
+    }
+    Ok(report.confirmed.len() as u64)
+}
+
 /// A provider's settlement total for one source, date and currency.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
@@ -109,7 +126,11 @@ pub struct Settlement {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MoneyReconciliation {
+    /// Accepted API payments checked: the ones not yet confirmed applied (the open index).
     pub accepted: u64,
+    /// The keys of the idempotency records found applied, which [`confirm_applied`] takes out
+    /// of the open index (the daily reconciler does; an operator's check only reads).
+    pub confirmed: Vec<(String, String)>,
     pub not_applied: Vec<NotApplied>,
     pub totals: BTreeMap<Key, Totals>,
     pub suspected_duplicates: Vec<SuspectedDuplicate>,

@@ -8,6 +8,7 @@ use servicing_domain::{AccountId, Currency, Fingerprint};
 
 use crate::errors::{classify_service, invalid_request, refuses_the_request};
 use crate::items::{self, Item, s};
+use crate::open::OpenKind;
 use crate::schema::OutboxEvent;
 use crate::schema::{self, IdempotencyRecord};
 use crate::{ServicingStore, StoreError, now_epoch};
@@ -62,7 +63,7 @@ impl ServicingStore {
         // No `expiresAt`: TTL never deletes the record, so a key reused after the retention
         // meets it (a tombstone) instead of creating a payment whose outbox event id — derived
         // from the key — already exists downstream. It replays until `replayUntil`.
-        let record = schema::to_item(&IdempotencyRecord {
+        let mut record = schema::to_item(&IdempotencyRecord {
             pk,
             sk,
             item_type: IdempotencyRecord::ITEM_TYPE.into(),
@@ -78,6 +79,10 @@ impl ServicingStore {
             outbox: OutboxEvent::encode(std::slice::from_ref(outbox))?,
             trace_header: items::current_trace_header(),
         })?;
+        // Accepted: open until the reconciler has seen the payment applied (it removes these).
+        if response.status == 202 {
+            record.extend(OpenKind::Accepted.attributes(operation_id, now));
+        }
         let account_in_currency = ConditionCheck::builder()
             .table_name(&self.config.table)
             .set_key(Some(items::key_item(items::loan_key(account_id))))

@@ -74,6 +74,30 @@ pub struct OpenEntry {
 }
 
 impl ServicingStore {
+    /// Takes an item out of the open index (what closes an accepted API payment: the
+    /// reconciler has seen it applied). Only the index keys go; an item that is gone is left
+    /// alone.
+    pub async fn close_open(&self, (pk, sk): (String, String)) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item((pk, sk))))
+            .update_expression("REMOVE #shard, #since")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_names("#shard", OPEN_SHARD)
+            .expression_attribute_names("#since", OPEN_SINCE)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => match e.into_service_error() {
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => Ok(()),
+                other => Err(crate::errors::classify_service(other)),
+            },
+        }
+    }
+
     /// Every open item of `kind`, oldest first: one paginated `Query` per shard of the index,
     /// never a scan. The index is eventually consistent: a thing opened a moment ago may be
     /// missing and one closed a moment ago still listed, so readers read the item itself

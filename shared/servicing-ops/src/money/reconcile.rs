@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use servicing_domain::outbox::detail_types;
 use servicing_domain::{SourceRef, StoredAllocation};
+use servicing_store::items;
 use servicing_store::open::OpenKind;
 use servicing_store::schema::{self, ActionItem, ClaimRecord, IdempotencyRecord, OutboxEvent};
 use servicing_store::{ServicingStore, StoreConfig};
@@ -27,12 +28,7 @@ pub async fn reconcile_money(
     grace: Grace,
 ) -> anyhow::Result<MoneyReconciliation> {
     let grace_secs = grace.accepted_secs;
-    let mut items = scan_types(
-        client,
-        table,
-        &[ClaimRecord::ITEM_TYPE, IdempotencyRecord::ITEM_TYPE],
-    )
-    .await?;
+    let mut items = scan_types(client, table, &[ClaimRecord::ITEM_TYPE]).await?;
     let mut report = MoneyReconciliation::default();
     let mut claims: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
     for item in items.remove(ClaimRecord::ITEM_TYPE).unwrap_or_default() {
@@ -45,11 +41,11 @@ pub async fn reconcile_money(
         }
     }
 
-    // Every accepted API payment has its fact applied.
-    for item in items
-        .remove(IdempotencyRecord::ITEM_TYPE)
-        .unwrap_or_default()
-    {
+    // Every accepted API payment has its fact applied: the ones not yet confirmed, from the
+    // open index, and their facts' records (confirmed payments are history this never reads).
+    let store = ServicingStore::new(client.clone(), StoreConfig::new(table, "account-state"));
+    let mut accepted: Vec<(IdempotencyRecord, SourceRef, serde_json::Value)> = Vec::new();
+    for item in crate::open_items(&store, OpenKind::Accepted).await? {
         let record: IdempotencyRecord = match schema::from_item(item) {
             Ok(r) => r,
             Err(e) => {
@@ -57,30 +53,52 @@ pub async fn reconcile_money(
                 continue;
             }
         };
-        if record.response_status != 202 {
-            continue;
-        }
-        report.accepted += 1;
         let events = OutboxEvent::decode(record.outbox.as_deref()).unwrap_or_default();
-        let Some(detail) = events.first().map(|e| &e.detail) else {
+        let Some(detail) = events.into_iter().next().map(|e| e.detail) else {
             report.unreadable_item(format!(
                 "accepted command {} carries no event to apply",
                 record.idempotency_key
             ));
             continue;
         };
-        let text = |k: &str| detail[k].as_str().unwrap_or_default().to_owned();
         let fact = SourceRef {
-            system: text("sourceSystem"),
-            event_id: text("sourceEventId"),
+            system: detail["sourceSystem"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            event_id: detail["sourceEventId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         };
-        let state = match claims.get(&fact) {
-            Some(c) if c.verdict == "APPLIED" => continue,
+        accepted.push((record, fact, detail));
+    }
+    let keys = accepted
+        .iter()
+        .map(|(_, fact, _)| items::key_item(items::claim_key("account-state", fact)))
+        .collect();
+    let mut facts: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
+    for item in crate::batch_get(client, table, keys).await? {
+        match schema::from_item::<ClaimRecord>(item) {
+            Ok(claim) => {
+                facts.insert(claim.source(), claim);
+            }
+            Err(e) => report.unreadable_item(format!("a fact's record does not decode: {e}")),
+        }
+    }
+    for (record, fact, detail) in accepted {
+        report.accepted += 1;
+        let state = match facts.get(&fact) {
+            Some(c) if c.verdict == "APPLIED" => {
+                report.confirmed.push((record.pk, record.sk));
+                continue;
+            }
             Some(c) => c.verdict.clone(),
             None => {
                 "no record (never applied: check the relay's and account-state's quarantine)".into()
             }
         };
+        let text = |k: &str| detail[k].as_str().unwrap_or_default().to_owned();
         let missing = NotApplied {
             operation_id: text("eventId"),
             fact,
@@ -184,7 +202,6 @@ pub async fn reconcile_money(
 
     // Collections actions that should have settled by now: the unsettled ones, from the open
     // index (settled actions are history this never reads).
-    let store = ServicingStore::new(client.clone(), StoreConfig::new(table, "account-state"));
     for item in crate::open_items(&store, OpenKind::Action).await? {
         let action: ActionItem = match schema::from_item(item) {
             Ok(a) => a,
