@@ -745,8 +745,8 @@ class ScheduledJobsRunOnceAndTheCloseReadsOnlyItsIndex(ServicingRule):
     shortdesc = "Scheduled jobs are not retried and alarm on errors; the daily close reads only the arrears index"
     description = (
         "A scheduled job retried by Lambda runs twice and a failed one must page someone. The "
-        "daily close (a scheduled function that may send to the servicing queue and Query an "
-        "index) must exist, and may neither Scan nor GetItem the table: it reads the sparse "
+        "daily close (a scheduled function that may send to the servicing queue and Query the "
+        "arrears index) must exist, and may neither Scan nor GetItem the table: it reads the sparse "
         "index of accounts in arrears, or a silent delinquent account never ages."
     )
 
@@ -766,10 +766,10 @@ class ScheduledJobsRunOnceAndTheCloseReadsOnlyItsIndex(ServicingRule):
                        for a in alarms):
                 out.append(self.problem(path, f"no Errors alarm on the scheduled {name}"))
             sts = list(statements(cfn, fn))
-            queries_an_index = any("dynamodb:Query" in actions(st)
-                                   and any("/index/" in str(r) for r in as_list(st.get("Resource")))
-                                   for st in sts)
-            if queries_an_index and grants(cfn, sts, "sqs:SendMessage", "ServicingQueue"):
+            queries_arrears = any("dynamodb:Query" in actions(st)
+                                  and any("/index/ArrearsIndex" in str(r) for r in as_list(st.get("Resource")))
+                                  for st in sts)
+            if queries_arrears and grants(cfn, sts, "sqs:SendMessage", "ServicingQueue"):
                 close = name
                 for st in sts:
                     if any(a in ("dynamodb:Scan", "dynamodb:GetItem", "dynamodb:*") for a in actions(st)):

@@ -253,9 +253,14 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
     .expect("reconcile");
     assert_eq!(daily.collisions, 1, "{:?}", daily.lines());
 
-    let items = quarantine::list(&servicing.client, &servicing.table, Some("account-state"))
-        .await
-        .expect("list");
+    let items = quarantine::list(
+        &servicing.client,
+        &servicing.table,
+        Some("account-state"),
+        quarantine::Listing::last_days(1),
+    )
+    .await
+    .expect("list");
     assert_eq!(items.len(), 3);
     let by_code = |code: &str| {
         items
@@ -369,9 +374,14 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
             .principal_outstanding_minor,
         100_000
     );
-    let items = quarantine::list(&servicing.client, &servicing.table, None)
-        .await
-        .expect("list");
+    let items = quarantine::list(
+        &servicing.client,
+        &servicing.table,
+        None,
+        quarantine::Listing::last_days(1),
+    )
+    .await
+    .expect("list");
     let redriven_item = items
         .iter()
         .find(|q| q.id == redriven.id)
@@ -442,9 +452,14 @@ async fn when_a_quarantined_fact_may_have_applied_since_its_claim_expired_should
     deliver(&servicing, std::slice::from_ref(&fee), 1).await;
     // ...the producer resent a corrected one, applied, and its claim expired later: with only
     // a day of claim retention, the quarantine item is older than what any claim still covers.
-    let items = quarantine::list(&servicing.client, &servicing.table, Some("account-state"))
-        .await
-        .expect("list");
+    let items = quarantine::list(
+        &servicing.client,
+        &servicing.table,
+        Some("account-state"),
+        quarantine::Listing::last_days(1),
+    )
+    .await
+    .expect("list");
     let id = items[0].id.clone();
     servicing
         .client

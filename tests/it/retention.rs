@@ -76,10 +76,15 @@ async fn when_a_body_is_larger_than_an_item_can_hold_should_quarantine_its_hash_
     );
     assert!(body.starts_with(&record.raw_body) && record.raw_body.len() <= 16 * 1024);
     // Inspected, it names what it kept; redriven, it is refused (the body is gone).
-    let item = quarantine::list(&servicing.client, &servicing.table, None)
-        .await
-        .expect("list")
-        .remove(0);
+    let item = quarantine::list(
+        &servicing.client,
+        &servicing.table,
+        None,
+        quarantine::Listing::last_days(1),
+    )
+    .await
+    .expect("list")
+    .remove(0);
     assert_eq!(
         item.raw_body_truncated.as_ref().map(|(n, _)| *n),
         Some(body.len() as u64)
@@ -131,9 +136,14 @@ async fn when_a_rejected_claim_belongs_to_another_payload_should_not_release_it(
     assert!(
         matches!(deliver(&servicing, &second).await, MessageResult::Quarantined { code } if code == "currency_mismatch")
     );
-    let items = quarantine::list(&servicing.client, &servicing.table, Some("account-state"))
-        .await
-        .expect("list");
+    let items = quarantine::list(
+        &servicing.client,
+        &servicing.table,
+        Some("account-state"),
+        quarantine::Listing::last_days(1),
+    )
+    .await
+    .expect("list");
     let first_id = items
         .iter()
         .find(|q| q.raw_body == first)

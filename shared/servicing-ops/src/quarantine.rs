@@ -62,16 +62,99 @@ impl Quarantined {
     }
 }
 
-/// Every quarantine item (of one consumer), oldest first.
+/// The consumers that quarantine: the first part of every quarantine partition's key.
+pub const QUARANTINING: [&str; 3] = ["account-state", "collections", "outbox-relay"];
+
+/// The most days one listing queries (a year and a bit: beyond, `--all`).
+pub const MAX_DAYS: i64 = 400;
+
+/// Which quarantine items a listing reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// Quarantined in `[from, to)` (epoch ms): one `Query` per consumer and UTC day of the
+    /// window (the items are partitioned so), whatever the table's history.
+    Window(i64, i64),
+    /// Every item ever quarantined: a scan of the whole table (an audit).
+    All,
+}
+
+impl Listing {
+    /// The last `days` days, up to now.
+    pub fn last_days(days: i64) -> Self {
+        let now_ms = epoch_seconds() * 1000 + 1000;
+        Listing::Window(now_ms - days * 86_400_000, now_ms)
+    }
+}
+
+/// The quarantine items of `consumer` quarantined in `[from_ms, to_ms)`: one consistent `Query`
+/// per UTC day of the window, the first and last bounded by time (at most [`MAX_DAYS`] days).
+pub async fn in_window(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    consumer: &str,
+    (from_ms, to_ms): (i64, i64),
+) -> anyhow::Result<Vec<Item>> {
+    let day_of = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.date_naive())
+            .ok_or_else(|| anyhow::anyhow!("{ms} ms is not a time"))
+    };
+    if to_ms <= from_ms {
+        return Ok(Vec::new());
+    }
+    let (first, last) = (day_of(from_ms)?, day_of(to_ms - 1)?);
+    let days = (last - first).num_days() + 1;
+    anyhow::ensure!(
+        days <= MAX_DAYS,
+        "{days} days of quarantine asked for; at most {MAX_DAYS} (or list them all)"
+    );
+    let mut found = Vec::new();
+    for day in first.iter_days().take(days as usize) {
+        let pk = format!("QUARANTINE#{consumer}#{day}");
+        // Sort keys are `<13-digit millis>#<message id>`: `~` sorts after every `#<id>`.
+        let items: Vec<Item> = client
+            .query()
+            .table_name(table)
+            .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+            .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+            .expression_attribute_values(":from", AttributeValue::S(format!("{from_ms:013}")))
+            .expression_attribute_values(":to", AttributeValue::S(format!("{:013}~", to_ms - 1)))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(failed(format!("cannot query {pk}")))?;
+        found.extend(items);
+    }
+    Ok(found)
+}
+
+/// The quarantine items `listing` reads (of one consumer, or of all of them), oldest first.
 pub async fn list(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     consumer: Option<&str>,
+    listing: Listing,
 ) -> anyhow::Result<Vec<Quarantined>> {
-    let mut all: Vec<Quarantined> = scan_types(client, table, &[QuarantineRecord::ITEM_TYPE])
-        .await?
-        .remove(QuarantineRecord::ITEM_TYPE)
-        .unwrap_or_default()
+    let items = match listing {
+        Listing::Window(from, to) => {
+            let mut items = Vec::new();
+            for c in QUARANTINING
+                .iter()
+                .filter(|c| consumer.is_none_or(|w| w == **c))
+            {
+                items.extend(in_window(client, table, c, (from, to)).await?);
+            }
+            items
+        }
+        Listing::All => scan_types(client, table, &[QuarantineRecord::ITEM_TYPE])
+            .await?
+            .remove(QuarantineRecord::ITEM_TYPE)
+            .unwrap_or_default(),
+    };
+    let mut all: Vec<Quarantined> = items
         .into_iter()
         .map(Quarantined::from_item)
         .filter(|q| {

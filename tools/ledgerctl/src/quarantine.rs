@@ -15,12 +15,17 @@ pub enum QuarantineCommand {
     List {
         #[command(flatten)]
         target: Target,
-        /// Only this consumer's: `account-state`, `collections`, `outbox-relay`.
-        #[arg(long)]
+        /// Only this consumer's.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(quarantine::QUARANTINING))]
         consumer: Option<String>,
-        /// Only those quarantined at or after this time (ISO 8601), e.g. `--since 2026-11-02T10:00:00Z`.
-        #[arg(long, value_parser = crate::time)]
+        /// Only those quarantined at or after this time (ISO 8601), e.g. `--since
+        /// 2026-11-02T10:00:00Z`; default: the last 7 days. Reads one partition per consumer
+        /// and day, at most 400 days.
+        #[arg(long, value_parser = crate::time, conflicts_with = "all")]
         since: Option<chrono::DateTime<chrono::Utc>>,
+        /// Every item ever quarantined: reads the whole table (an audit).
+        #[arg(long)]
+        all: bool,
         /// Only this code, e.g. `--code collision` or `--code event_time_in_future`.
         #[arg(long)]
         code: Option<String>,
@@ -63,6 +68,9 @@ pub enum QuarantineCommand {
     },
 }
 
+/// What `quarantine list` reads without `--since`.
+const DEFAULT_DAYS: i64 = 7;
+
 pub fn quarantine(command: &QuarantineCommand, json: bool) -> anyhow::Result<bool> {
     runtime()?.block_on(async {
         match command {
@@ -70,24 +78,34 @@ pub fn quarantine(command: &QuarantineCommand, json: bool) -> anyhow::Result<boo
                 target,
                 consumer,
                 since,
+                all,
                 code,
                 account,
             } => {
+                let listing = match since {
+                    _ if *all => quarantine::Listing::All,
+                    Some(since) => quarantine::Listing::Window(
+                        since.timestamp_millis(),
+                        (servicing_ops::epoch_seconds() + 1) * 1000,
+                    ),
+                    None => quarantine::Listing::last_days(DEFAULT_DAYS),
+                };
                 let target = target.resolve(None).await?;
-                let items: Vec<quarantine::Quarantined> =
-                    quarantine::list(&target.dynamodb(), &target.table, consumer.as_deref())
-                        .await?
-                        .into_iter()
-                        .filter(|q| {
-                            since.is_none_or(|t| q.quarantined_at_ms >= t.timestamp_millis())
-                        })
-                        .filter(|q| code.as_ref().is_none_or(|c| &q.code == c))
-                        .filter(|q| {
-                            account
-                                .as_ref()
-                                .is_none_or(|a| q.account_id.as_ref() == Some(a))
-                        })
-                        .collect();
+                let items: Vec<quarantine::Quarantined> = quarantine::list(
+                    &target.dynamodb(),
+                    &target.table,
+                    consumer.as_deref(),
+                    listing,
+                )
+                .await?
+                .into_iter()
+                .filter(|q| code.as_ref().is_none_or(|c| &q.code == c))
+                .filter(|q| {
+                    account
+                        .as_ref()
+                        .is_none_or(|a| q.account_id.as_ref() == Some(a))
+                })
+                .collect();
                 if json {
                     let all: Vec<_> = items.iter().map(quarantined_json).collect();
                     println!("{}", serde_json::to_string_pretty(&all)?);
@@ -110,7 +128,13 @@ pub fn quarantine(command: &QuarantineCommand, json: bool) -> anyhow::Result<boo
                         q.redrive_count
                     );
                 }
-                println!("{} quarantined", items.len());
+                let read = match listing {
+                    quarantine::Listing::Window(from, _) => {
+                        format!("since {}; --since to look further back", iso(from / 1000))
+                    }
+                    quarantine::Listing::All => "every item: a full read of the table".into(),
+                };
+                println!("{} quarantined ({read})", items.len());
                 Ok(true)
             }
             QuarantineCommand::Inspect { target, ids } => {
