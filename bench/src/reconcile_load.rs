@@ -1,131 +1,255 @@
-//! How long the daily reconciliation takes on a large table (`docs/runbook.md`): generates a
-//! table of `--items` items (default 200,000: claims, outbox events, allocations, quarantine) on
-//! DynamoDB Local and times one window reconciliation over it — the scan the reconciler Lambda
-//! runs, which must finish well inside its 300 s timeout.
+//! Issue #33, what the daily jobs and the operators' listings read as history grows under the
+//! same day. For each history size (default 200,000 and 2,000,000 items) a fresh table on
+//! DynamoDB Local gets the same day, through the real code paths — accounts opened and paid,
+//! reversals of unknown payments parked, API payments accepted (most applied), collections
+//! actions (most settled), bad input quarantined — and then `history` closed items, copies of
+//! that day's closed items under new identities and past dates (applied payments' records,
+//! confirmed API records, settled actions, quarantine items of past days, loans). Each job then
+//! runs once through the metered client: requests, read units by AWS's rules (`capacity.rs`)
+//! and seconds, one line each, then the ratio between the sizes.
 //!
-//!   reconcile_load [--items N]
+//!   reconcile_load [--history 200000,2000000]
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use integration_tests::Engine;
-use integration_tests::servicing::create_table;
+use integration_tests::generate::{fee, open, pay, reverse};
+use integration_tests::servicing::{Servicing, process};
+use servicing_ops::{actions, parked, quarantine};
+use servicing_store::ActionIntent;
+use servicing_store::open::{OPEN_SHARD, OPEN_SINCE};
 
-fn s(v: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
+type Item = HashMap<String, AttributeValue>;
 
-fn n(v: i64) -> AttributeValue {
-    AttributeValue::N(v.to_string())
-}
+const DAY: i64 = 86_400;
+const PRINCIPAL: &str = "arn:aws:iam::123456789012:user/bench";
 
-/// Item `i` of the generated table: 60 % claims, 25 % outbox events, 10 % allocations, 5 %
-/// quarantine items, shaped like the real ones (see `infra/schema.md`).
-fn item(i: usize, now: i64) -> HashMap<String, AttributeValue> {
-    let account = format!("acc_{}", i % 5_000);
-    let mut item = HashMap::new();
-    match i % 20 {
-        0..=11 => {
-            item.insert("pk".into(), s(format!("CLAIM#account-state#psp#fee-{i}")));
-            item.insert("sk".into(), s("CLAIM"));
-            item.insert("itemType".into(), s("CLAIM"));
-            item.insert("consumer".into(), s("account-state"));
-            item.insert("sourceSystem".into(), s("psp"));
-            item.insert("sourceEventId".into(), s(format!("fee-{i}")));
-            item.insert("eventType".into(), s("FEE_ASSESSED"));
-            item.insert("accountId".into(), s(account));
-            item.insert("fingerprint".into(), s(format!("sha256:{i:064x}")));
-            item.insert("verdict".into(), s("APPLIED"));
-            item.insert("claimedAt".into(), n(now - (i as i64 % 86_400)));
-            item.insert("expiresAt".into(), n(now + 35 * 86_400));
-        }
-        12..=16 => {
-            item.insert("pk".into(), s(format!("OUTBOX#evt_{i:032x}")));
-            item.insert("sk".into(), s("OUTBOX"));
-            item.insert("itemType".into(), s("OUTBOX"));
-            item.insert("eventId".into(), s(format!("evt_{i:032x}")));
-            item.insert("source".into(), s("servicing.account-state"));
-            item.insert("detailType".into(), s("FeeAssessed"));
-            item.insert("accountId".into(), s(account));
-            item.insert(
-                "detail".into(),
-                s(format!(r#"{{"eventId":"evt_{i:032x}","amountMinor":100}}"#)),
-            );
-            item.insert("createdAt".into(), n(now));
-            item.insert("expiresAt".into(), n(now + 35 * 86_400));
-        }
-        17 | 18 => {
-            item.insert("pk".into(), s(format!("LOAN#{account}")));
-            item.insert("sk".into(), s(format!("ALLOC#psp#pay-{i}")));
-            item.insert("itemType".into(), s("ALLOCATION"));
-            item.insert("amountMinor".into(), n(1_000));
-            let parts = HashMap::from([
-                ("fees".to_owned(), n(100)),
-                ("interest".to_owned(), n(200)),
-                ("principal".to_owned(), n(700)),
-                ("credit".to_owned(), n(0)),
-            ]);
-            item.insert("allocation".into(), AttributeValue::M(parts));
-        }
-        _ => {
-            item.insert("pk".into(), s("QUARANTINE#account-state#2026-12-01"));
-            item.insert("sk".into(), s(format!("{:013}#m-{i}", now * 1000)));
-            item.insert("itemType".into(), s("QUARANTINE"));
-            item.insert("consumer".into(), s("account-state"));
-            item.insert("code".into(), s("invalid_field"));
-            item.insert(
-                "reason".into(),
-                s("field `amountMinor`: must be an integer"),
-            );
-            item.insert("rawBody".into(), s(r#"{"amountMinor":"x"}"#));
-            item.insert("quarantinedAt".into(), n(now * 1000));
+/// The day every table gets: the same open things and closed ones, whatever the history.
+async fn the_day(servicing: &Servicing) {
+    let handler = servicing.handler();
+    for a in 0..100 {
+        let account = format!("acc_day_{a:03}");
+        let body = |n: &str| format!("{account}-{n}");
+        process(
+            &handler,
+            &[
+                (&body("o"), open(&account)),
+                (&body("p1"), pay(&account, &body("pay1"), 2, 1_500)),
+                (&body("p2"), pay(&account, &body("pay2"), 3, 700)),
+                (&body("f"), fee(&account, &body("fee"), 3, 25)),
+            ],
+        )
+        .await;
+    }
+    // Parked: reversals of payments never seen.
+    for a in 0..20 {
+        let account = format!("acc_day_{a:03}");
+        let id = format!("{account}-rev");
+        process(
+            &handler,
+            &[(&id, reverse(&account, &id, "pay-unknown", 4, 100))],
+        )
+        .await;
+    }
+    // Bad input: quarantined today.
+    let bad: Vec<(String, serde_json::Value)> = (0..20)
+        .map(|i| (format!("bad-{i}"), serde_json::json!({"amountMinor": "x"})))
+        .collect();
+    let bad: Vec<(&str, serde_json::Value)> =
+        bad.iter().map(|(id, v)| (id.as_str(), v.clone())).collect();
+    process(&handler, &bad).await;
+    // API payments: 30 accepted, 24 applied.
+    let api = payments_api::PaymentsApi::new(servicing.store("payments-api"));
+    for i in 0..30 {
+        let body = serde_json::json!({"accountId": format!("acc_day_{:03}", i % 100),
+            "amountMinor": 300 + i, "currency": "EUR", "reference": format!("inv-{i}")})
+        .to_string();
+        let request = integration_tests::api_gateway::event(
+            "POST",
+            "/v1/payments",
+            "POST /v1/payments",
+            Some(PRINCIPAL),
+            Some(&format!("key-{i}")),
+            Some(&body),
+        );
+        assert_eq!(api.handle(request).await.status(), 202);
+    }
+    let accepted: Vec<_> = servicing
+        .outbox_records()
+        .await
+        .into_iter()
+        .filter(|e| e.source == payments_api::EVENT_SOURCE)
+        .collect();
+    for (i, event) in accepted.into_iter().take(24).enumerate() {
+        process(&handler, &[(&format!("api-{i}"), event.detail)]).await;
+    }
+    // Collections actions: 30 recorded, 20 settled.
+    let store = servicing.store("collections");
+    let now = servicing_ops::epoch_seconds();
+    for i in 0..30 {
+        let intent = ActionIntent {
+            action_id: format!("collections_notification:day-{i:02}"),
+            account_id: servicing_domain::AccountId::parse(&format!("acc_day_{i:03}")).expect("id"),
+            event_id: format!("evt-day-{i}"),
+            payload: serde_json::json!({"notice": "dpd_30"}),
+        };
+        put(
+            servicing,
+            servicing_store::items::action_item(&intent, now).expect("item"),
+        )
+        .await;
+        if i < 20 {
+            let lease = format!("lease-{i}");
+            store
+                .lease_action(&intent.action_id, &lease, (now + 60) * 1000)
+                .await
+                .expect("lease");
+            store
+                .record_action(
+                    &intent.action_id,
+                    &lease,
+                    servicing_store::ActionStatus::Sent,
+                    Some(200),
+                    "ok",
+                )
+                .await
+                .expect("outcome");
         }
     }
+}
+
+async fn put(servicing: &Servicing, item: Item) {
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .expect("put");
+}
+
+fn text(item: &Item, name: &str) -> String {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => v.clone(),
+        _ => String::new(),
+    }
+}
+
+/// The day's closed items: the templates history is copied from.
+async fn closed_templates(servicing: &Servicing) -> Vec<Item> {
+    let items: Vec<Item> = servicing
+        .client
+        .scan()
+        .table_name(&servicing.table)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .expect("scan");
+    items
+        .into_iter()
+        .filter(|item| !item.contains_key(OPEN_SHARD))
+        .filter(|item| {
+            let pk = text(item, "pk");
+            match text(item, "itemType").as_str() {
+                "CLAIM" => text(item, "verdict") == "APPLIED",
+                "IDEMPOTENCY" | "QUARANTINE" => true,
+                "ACTION" => text(item, "status") == "SENT",
+                "LOAN" => pk.starts_with("LOAN#") && text(item, "sk") == "STATE",
+                _ => false,
+            }
+        })
+        .collect()
+}
+
+/// History item `i`: a copy of a closed template under a new identity, `age_days` old.
+fn history_item(template: &Item, i: usize, age_days: i64, now: i64) -> Item {
+    let mut item = template.clone();
+    let tag = format!("~h{i}");
+    let at = now - age_days * DAY;
+    let set_n = |item: &mut Item, name: &str, value: i64| {
+        if item.contains_key(name) {
+            item.insert(name.into(), AttributeValue::N(value.to_string()));
+        }
+    };
+    match text(template, "itemType").as_str() {
+        "QUARANTINE" => {
+            let consumer = text(template, "consumer");
+            let day = chrono::DateTime::from_timestamp(at, 0)
+                .expect("time")
+                .date_naive();
+            item.insert(
+                "pk".into(),
+                AttributeValue::S(format!("QUARANTINE#{consumer}#{day}")),
+            );
+            item.insert(
+                "sk".into(),
+                AttributeValue::S(format!("{:013}#m{tag}", at * 1000)),
+            );
+            set_n(&mut item, "quarantinedAt", at * 1000);
+        }
+        "CLAIM" => {
+            let id = format!("{}{tag}", text(template, "sourceEventId"));
+            let system = text(template, "sourceSystem");
+            item.insert(
+                "pk".into(),
+                AttributeValue::S(format!("CLAIM#account-state#{system}#{id}")),
+            );
+            item.insert("sourceEventId".into(), AttributeValue::S(id));
+            set_n(&mut item, "claimedAt", at);
+            item.remove("expiresAt");
+        }
+        "LOAN" => {
+            let account = format!("{}_h{i}", text(template, "accountId"));
+            item.insert("pk".into(), AttributeValue::S(format!("LOAN#{account}")));
+            item.insert("accountId".into(), AttributeValue::S(account));
+        }
+        _ => {
+            item.insert(
+                "pk".into(),
+                AttributeValue::S(format!("{}{tag}", text(template, "pk"))),
+            );
+            set_n(&mut item, "createdAt", at);
+        }
+    }
+    item.remove(OPEN_SINCE);
     item
 }
 
-#[tokio::main]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let items: usize = args
-        .iter()
-        .position(|a| a == "--items")
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("--items is a number"))
-        .unwrap_or(200_000);
-    let client = Engine::DynamoDbLocal.dynamodb().await;
-    let table = create_table(&client, false).await;
-    let now = servicing_ops::epoch_seconds();
-
-    let started = Instant::now();
+async fn write_history(servicing: &Servicing, templates: &[Item], items: usize, now: i64) {
+    let raw = Engine::DynamoDbLocal.dynamodb().await;
     let batches: Vec<Vec<usize>> = (0..items)
         .collect::<Vec<_>>()
         .chunks(25)
         .map(<[usize]>::to_vec)
         .collect();
     let writes = batches.into_iter().map(|batch| {
-        let client = client.clone();
-        let table = table.clone();
+        let (raw, table) = (raw.clone(), servicing.table.clone());
+        let requests: Vec<WriteRequest> = batch
+            .iter()
+            .map(|i| {
+                // Older than the reconciled window and the quarantine listing's week.
+                let age = 8 + (*i as i64 % 700);
+                let item = history_item(&templates[i % templates.len()], *i, age, now);
+                let put = PutRequest::builder().set_item(Some(item)).build();
+                WriteRequest::builder()
+                    .put_request(put.expect("put"))
+                    .build()
+            })
+            .collect();
         async move {
-            let mut requests: Vec<WriteRequest> = batch
-                .iter()
-                .map(|i| {
-                    let put = PutRequest::builder()
-                        .set_item(Some(item(*i, now)))
-                        .build()
-                        .expect("put");
-                    WriteRequest::builder().put_request(put).build()
-                })
-                .collect();
+            let mut requests = requests;
             while !requests.is_empty() {
-                let out = client
+                requests = raw
                     .batch_write_item()
                     .request_items(&table, requests)
                     .send()
                     .await
-                    .expect("batch write");
-                requests = out
+                    .expect("batch write")
                     .unprocessed_items
                     .and_then(|mut u| u.remove(&table))
                     .unwrap_or_default();
@@ -137,34 +261,154 @@ async fn main() {
         8,
     ))
     .await;
-    println!(
-        "generated {items} items in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+}
 
+/// One job's figures.
+#[derive(Debug, Clone, Copy)]
+struct Figures {
+    requests: u64,
+    rcu: f64,
+    secs: f64,
+}
+
+async fn measure<F: std::future::Future<Output = String>>(
+    servicing: &Servicing,
+    job: F,
+) -> (Figures, String) {
+    servicing.requests.reset();
+    servicing.capacity.reset();
     let started = Instant::now();
-    let report = servicing_ops::reconcile::reconcile(
-        &client,
-        &table,
-        "account-state",
-        (now - 25 * 3600, now + 1),
-        None,
-    )
-    .await
-    .expect("reconcile");
-    println!(
-        "window reconciliation over {items} items ({} scan segments): {:.1} s; applied {}, quarantined {}, allocations checked {}, problems {}",
-        servicing_ops::SCAN_SEGMENTS,
-        started.elapsed().as_secs_f64(),
-        report.applied,
-        report.quarantined_unclaimed,
-        report.allocations_checked,
-        report.problems.len()
-    );
-    client
-        .delete_table()
-        .table_name(&table)
-        .send()
+    let said = job.await;
+    let figures = Figures {
+        requests: servicing.requests.total(),
+        rcu: servicing.capacity.total().rcu,
+        secs: started.elapsed().as_secs_f64(),
+    };
+    (figures, said)
+}
+
+async fn jobs(servicing: &Servicing, now: i64) -> Vec<(&'static str, Figures, String)> {
+    let store = servicing.store("account-state");
+    let (client, table) = (&servicing.client, servicing.table.as_str());
+    let mut out = Vec::new();
+    let (f, s) = measure(servicing, async {
+        let views = parked::list(&store).await.expect("parked");
+        format!("{} parked facts", views.len())
+    })
+    .await;
+    out.push(("ledgerctl parked list", f, s));
+    let (f, s) = measure(servicing, async {
+        let found = actions::list(&store, actions::Listing::Open, None, None)
+            .await
+            .expect("actions");
+        format!("{} unsettled actions", found.len())
+    })
+    .await;
+    out.push(("ledgerctl actions list", f, s));
+    let (f, s) = measure(servicing, async {
+        let found = quarantine::list(client, table, None, quarantine::Listing::last_days(7))
+            .await
+            .expect("quarantine");
+        format!("{} quarantined in 7 days", found.len())
+    })
+    .await;
+    out.push(("ledgerctl quarantine list", f, s));
+    let (f, s) = measure(servicing, async {
+        let expiry = parked::expire(&store, now, Duration::from_secs(7 * DAY as u64))
+            .await
+            .expect("expiry");
+        format!("{} still parked", expiry.still_parked)
+    })
+    .await;
+    out.push(("parked expiry (reconciler)", f, s));
+    let (f, s) = measure(servicing, async {
+        let r = servicing_ops::reconcile::reconcile(
+            client,
+            table,
+            "account-state",
+            (now - 25 * 3600, now + 1),
+            None,
+        )
         .await
-        .expect("drop the table");
+        .expect("reconcile");
+        format!("{} applied in the window (a scan)", r.applied)
+    })
+    .await;
+    out.push(("ledgerctl reconcile (window)", f, s));
+    let (f, s) = measure(servicing, async {
+        let m = servicing_ops::money::reconcile_money(
+            client,
+            table,
+            &[],
+            now,
+            servicing_ops::money::Grace::default(),
+        )
+        .await
+        .expect("money");
+        format!(
+            "{} accepted checked, {} not applied, {} stuck actions (totals: a scan)",
+            m.accepted,
+            m.not_applied.len(),
+            m.stuck_actions.len()
+        )
+    })
+    .await;
+    out.push(("ledgerctl reconcile --money", f, s));
+    out
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let sizes: Vec<usize> = args
+        .iter()
+        .position(|a| a == "--history")
+        .and_then(|i| args.get(i + 1))
+        .map_or("200000,2000000", String::as_str)
+        .split(',')
+        .map(|v| {
+            v.parse()
+                .expect("--history takes sizes, e.g. 200000,2000000")
+        })
+        .collect();
+    let mut runs = Vec::new();
+    for history in &sizes {
+        let servicing = Servicing::with_stream(Engine::DynamoDbLocal, false).await;
+        let now = servicing_ops::epoch_seconds();
+        the_day(&servicing).await;
+        let templates = closed_templates(&servicing).await;
+        let started = Instant::now();
+        write_history(&servicing, &templates, *history, now).await;
+        println!(
+            "history {history}: {} closed templates copied in {:.0} s",
+            templates.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let figures = jobs(&servicing, now).await;
+        for (job, f, said) in &figures {
+            println!(
+                "  {job:<30} {:>7} requests {:>10.1} RCU {:>8.2} s   {said}",
+                f.requests, f.rcu, f.secs
+            );
+        }
+        runs.push((*history, figures));
+        servicing
+            .client
+            .delete_table()
+            .table_name(&servicing.table)
+            .send()
+            .await
+            .expect("drop the table");
+    }
+    if let [(small, first), .., (large, last)] = runs.as_slice() {
+        println!("history {large} vs {small} (x{}):", large / small.max(&1));
+        for ((job, a, _), (_, b, _)) in first.iter().zip(last) {
+            println!(
+                "  {job:<30} requests x{:.2}  RCU x{:.2}  seconds x{:.2}",
+                b.requests as f64 / a.requests.max(1) as f64,
+                b.rcu / a.rcu.max(0.5),
+                b.secs / a.secs.max(0.001)
+            );
+        }
+    }
 }

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::target::Target;
 use chrono::{DateTime, Utc};
 use servicing_ops::incident::{self, Query};
 
@@ -30,10 +31,6 @@ pub struct IncidentArgs {
     /// log export); repeatable. Default: the main job's `.local/decision-records.jsonl`.
     #[arg(long, default_value = ".local/decision-records.jsonl")]
     records: Vec<PathBuf>,
-    /// The servicing table: adds each payment's split, the collisions' first payloads, bucket
-    /// changes and collections actions. Without it the report holds what the records say.
-    #[arg(long)]
-    table: Option<String>,
     /// The deduplicating consumer whose deliveries are reported.
     #[arg(long, default_value = "account-state")]
     consumer: String,
@@ -52,7 +49,7 @@ pub struct IncidentArgs {
 
 /// Exit 0 once the report is written; with `--fail-on-findings`, 1 when a collision or a
 /// suspected duplicate needs a person.
-pub fn run(args: &IncidentArgs) -> anyhow::Result<bool> {
+pub fn run(args: &IncidentArgs, target: &Target) -> anyhow::Result<bool> {
     if args.to <= args.from {
         anyhow::bail!("--to must be after --from");
     }
@@ -71,12 +68,14 @@ pub fn run(args: &IncidentArgs) -> anyhow::Result<bool> {
         .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))?;
     let now = DateTime::<Utc>::from(std::time::SystemTime::now());
     let report = runtime.block_on(async {
-        match &args.table {
-            Some(table) => {
-                let client = aws_sdk_dynamodb::Client::new(&aws_setup::load().await);
-                incident::reconstruct(&query, &collected, Some((&client, table)), now).await
-            }
-            None => incident::reconstruct(&query, &collected, None, now).await,
+        // With `--table` or `--stack`: each payment's split, the collisions' first payloads,
+        // bucket changes and collections actions. Without, what the records say.
+        if target.named() {
+            let target = target.resolve(None).await?;
+            let client = target.dynamodb();
+            incident::reconstruct(&query, &collected, Some((&client, &target.table)), now).await
+        } else {
+            incident::reconstruct(&query, &collected, None, now).await
         }
     })?;
     let text = match args.format {

@@ -31,6 +31,7 @@ use servicing_domain::AccountId;
 #[derive(Debug, Parser)]
 #[command(
     name = "ledgerctl",
+    version,
     about = "Operator commands of the loan-servicing consumers",
     after_help = "Locally: `source .local/env` (written by infra/demo.sh), then e.g. `ledgerctl parked list`.\nOn AWS: `ledgerctl --help` per command; pass --stack NAME (the stack's outputs name the table and queues)."
 )]
@@ -38,6 +39,10 @@ struct Cli {
     /// Print JSON instead of text (list, inspect and lookup commands).
     #[arg(long, global = true)]
     json: bool,
+    /// Where the commands that touch AWS act: before or after the command, e.g.
+    /// `ledgerctl --stack loan-servicing-prod reconcile --money`.
+    #[command(flatten)]
+    target: target::Target,
     #[command(subcommand)]
     command: Command,
 }
@@ -111,19 +116,20 @@ use servicing_ops::iso;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = cli.json;
+    let target = &cli.target;
     let outcome = match cli.command {
         Command::Replay(args) => replay::run(&args),
-        Command::State(args) => state::run(&args),
-        Command::Reconcile(args) => ops::reconcile(&args),
-        Command::Incident(args) => incident::run(&args),
-        Command::Parked(command) => ops::parked(&command, json),
-        Command::Quarantine(command) => quarantine::quarantine(&command, json),
-        Command::Actions(command) => runbook::actions(&command, json),
-        Command::Payment(args) => runbook::payment(&args, json),
-        Command::Dlq(command) => runbook::dlq(&command, json),
-        Command::Outbox(command) => runbook::outbox(&command),
-        Command::Send(args) => ops::send(&args),
-        Command::Close(args) => ops::close(&args),
+        Command::State(args) => state::run(&args, target),
+        Command::Reconcile(args) => ops::reconcile(&args, target),
+        Command::Incident(args) => incident::run(&args, target),
+        Command::Parked(command) => ops::parked(&command, json, target),
+        Command::Quarantine(command) => quarantine::quarantine(&command, json, target),
+        Command::Actions(command) => runbook::actions(&command, json, target),
+        Command::Payment(args) => runbook::payment(&args, json, target),
+        Command::Dlq(command) => runbook::dlq(&command, json, target),
+        Command::Outbox(command) => runbook::outbox(&command, target),
+        Command::Send(args) => ops::send(&args, target),
+        Command::Close(args) => ops::close(&args, target),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
@@ -132,5 +138,161 @@ fn main() -> ExitCode {
             eprintln!("{problem:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use clap::error::ErrorKind;
+
+    use super::Cli;
+
+    /// Flags that take a value, and what an operator would type when a doc names the flag alone
+    /// (`--from --to`) or with a one-letter placeholder.
+    fn value_for(flag: &str) -> Option<&'static str> {
+        Some(match flag {
+            "--from" | "--to" | "--since" => "2026-11-02T10:00:00Z",
+            "--date" => "2026-11-02",
+            "--table" => "loan-servicing-ServicingTable-1A2B3C4D",
+            "--stack" | "--confirm" => "loan-servicing-prod",
+            "--queue" => "https://sqs.eu-west-1.amazonaws.com/111122223333/servicing.fifo",
+            "--account" => "acc_1001",
+            "--source-system" => "psp",
+            "--code" => "collision",
+            "--consumer" => "account-state",
+            "--caller" => "arn:aws:iam::111122223333:user/alice",
+            "--key" => "order-7781",
+            "--records" => "./records",
+            "--out" | "--expect" => "out.json",
+            "--format" => "json",
+            "--settlement" | "--source" => "file.csv",
+            "--status" => "pending",
+            "--event-bus" => "bus",
+            "--hours"
+            | "--max"
+            | "--seed"
+            | "--inject-duplicates"
+            | "--grace-minutes"
+            | "--action-grace-minutes"
+            | "--retention-days"
+            | "--lookback-minutes" => "10",
+            _ => return None,
+        })
+    }
+
+    /// A placeholder of the docs' synopses, as an operator fills it.
+    fn fill(word: &str, after: Option<&str>) -> Option<String> {
+        let value = match word {
+            "…" => return None,
+            "T" | "T1" | "T2" | "D" | "A" | "S" | "N" | "C" | "F" | "K" | "URL" | "ARN" | "PCT"
+            | "PATH…" | "<name>" => after.and_then(value_for).unwrap_or("x"),
+            "<id>" | "<id>…" | "ID" => "account-state/2026-11-02/1762077600000/m-1",
+            "ACCOUNT" | "<accountId>" => "acc_1001",
+            "<events.jsonl>" => "events.jsonl",
+            _ => word,
+        };
+        Some(value.to_owned())
+    }
+
+    /// The argv of a doc's command line: optional parts kept, the first of alternatives, every
+    /// placeholder filled, a value after a flag named alone.
+    fn argv(line: &str) -> Vec<String> {
+        let line = line
+            .replace(['[', ']'], "")
+            .replace("<the bucket's objects>", "./records");
+        let mut words: Vec<String> = Vec::new();
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        for (i, token) in tokens.iter().enumerate() {
+            let token = token.split("\\|").next().unwrap_or(token);
+            let token = token.split('|').next().unwrap_or(token);
+            let previous = words.last().map(String::as_str);
+            if let Some(word) = fill(token, previous) {
+                words.push(word);
+            }
+            let next = tokens.get(i + 1).copied();
+            let named_alone = next.is_none_or(|n| n.starts_with("--"));
+            if token.starts_with("--") && named_alone {
+                if let Some(value) = value_for(token) {
+                    words.push(value.to_owned());
+                }
+            }
+        }
+        words
+    }
+
+    #[test]
+    fn when_the_docs_show_a_command_line_should_parse_it() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut pages = vec![root.join("README.md")];
+        for entry in std::fs::read_dir(root.join("docs")).expect("docs") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+        let mut checked = 0;
+        let mut failures = Vec::new();
+        for page in &pages {
+            let text = std::fs::read_to_string(page).expect("page");
+            for span in text.split('`').skip(1).step_by(2) {
+                let Some(line) = span
+                    .strip_prefix("target/debug/ledgerctl ")
+                    .or_else(|| span.strip_prefix("ledgerctl "))
+                else {
+                    continue;
+                };
+                if line.contains("<command>") {
+                    continue;
+                }
+                let mut args = vec!["ledgerctl".to_owned()];
+                args.extend(argv(line));
+                // A command named alone (`ledgerctl send`) must exist: its help parses.
+                let mention =
+                    !line.contains(' ') || !line.contains('-') && line.split(' ').count() <= 2;
+                if mention {
+                    args.push("--help".into());
+                }
+                checked += 1;
+                match Cli::try_parse_from(&args) {
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+                        ) => {}
+                    Err(e) => failures.push(format!(
+                        "{}: `ledgerctl {line}` as {args:?}: {}",
+                        page.file_name().unwrap_or_default().to_string_lossy(),
+                        e.kind()
+                    )),
+                }
+            }
+        }
+        assert!(
+            checked > 40,
+            "only {checked} command lines found in the docs"
+        );
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    #[test]
+    fn when_the_target_comes_before_or_after_the_command_should_parse_both() {
+        for args in [
+            ["ledgerctl", "--stack", "s", "reconcile", "--money"],
+            ["ledgerctl", "reconcile", "--money", "--stack", "s"],
+        ] {
+            let cli = Cli::try_parse_from(args).expect("parses");
+            assert!(cli.target.named(), "{args:?}");
+        }
+        let version = Cli::try_parse_from(["ledgerctl", "--version"]).expect_err("prints");
+        assert_eq!(version.kind(), ErrorKind::DisplayVersion);
+        let typo = Cli::try_parse_from(["ledgerctl", "actions", "list", "--status", "pendng"])
+            .expect_err("a typo is an error");
+        assert_eq!(typo.kind(), ErrorKind::InvalidValue);
+        assert!(
+            typo.to_string().contains("pending"),
+            "lists the values: {typo}"
+        );
     }
 }

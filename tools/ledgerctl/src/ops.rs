@@ -10,10 +10,8 @@ use crate::{EventsFile, iso};
 /// `reconcile`
 #[derive(Debug, clap::Args)]
 pub struct ReconcileArgs {
-    #[command(flatten)]
-    target: Target,
     /// The consumer whose claims are reconciled, e.g. `--consumer collections`.
-    #[arg(long, default_value = "account-state")]
+    #[arg(long, default_value = "account-state", value_parser = clap::builder::PossibleValuesParser::new(["account-state", "collections"]))]
     consumer: String,
     /// The window, ending now, in hours, e.g. `--hours 48`.
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 3650))]
@@ -44,8 +42,6 @@ pub struct ReconcileArgs {
 pub enum ParkedCommand {
     /// Every parked fact (optionally of one account).
     List {
-        #[command(flatten)]
-        target: Target,
         /// Only this account's, e.g. `--account acc_1001`.
         #[arg(long)]
         account: Option<String>,
@@ -55,8 +51,6 @@ pub enum ParkedCommand {
 /// `send`
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {
-    #[command(flatten)]
-    target: Target,
     #[command(flatten)]
     queue: QueueArg,
     /// The facts to send, JSON Lines, e.g. `prov-a-2026-11-02.jsonl`.
@@ -75,8 +69,6 @@ pub struct SendArgs {
 /// `close`: the daily close by hand, for a day the schedule missed.
 #[derive(Debug, clap::Args)]
 pub struct CloseArgs {
-    #[command(flatten)]
-    target: Target,
     #[command(flatten)]
     queue: QueueArg,
     /// The business day to close (YYYY-MM-DD), e.g. `--date 2026-10-31`. A missed day is
@@ -107,15 +99,15 @@ fn read_lines(path: &EventsFile) -> anyhow::Result<Vec<Vec<u8>>> {
         .collect())
 }
 
-pub fn reconcile(args: &ReconcileArgs) -> anyhow::Result<bool> {
+pub fn reconcile(args: &ReconcileArgs, target: &Target) -> anyhow::Result<bool> {
     if args.money {
-        return reconcile_money(args);
+        return reconcile_money(args, target);
     }
     let (consumer, hours) = (&args.consumer, args.hours);
     let source = args.source.as_ref().map(read_lines).transpose()?;
     let now = servicing_ops::epoch_seconds();
     runtime()?.block_on(async {
-        let target = args.target.resolve(None).await?;
+        let target = target.resolve(None).await?;
         let report = reconcile::reconcile(
             &target.dynamodb(),
             &target.table,
@@ -131,7 +123,7 @@ pub fn reconcile(args: &ReconcileArgs) -> anyhow::Result<bool> {
     })
 }
 
-fn reconcile_money(args: &ReconcileArgs) -> anyhow::Result<bool> {
+fn reconcile_money(args: &ReconcileArgs, target: &Target) -> anyhow::Result<bool> {
     let settlement = match &args.settlement {
         Some(path) => servicing_ops::money::parse_settlement(
             &std::fs::read_to_string(path)
@@ -140,7 +132,7 @@ fn reconcile_money(args: &ReconcileArgs) -> anyhow::Result<bool> {
         None => Vec::new(),
     };
     runtime()?.block_on(async {
-        let target = args.target.resolve(None).await?;
+        let target = target.resolve(None).await?;
         let report = servicing_ops::money::reconcile_money(
             &target.dynamodb(),
             &target.table,
@@ -159,8 +151,8 @@ fn reconcile_money(args: &ReconcileArgs) -> anyhow::Result<bool> {
     })
 }
 
-pub fn parked(command: &ParkedCommand, json: bool) -> anyhow::Result<bool> {
-    let ParkedCommand::List { target, account } = command;
+pub fn parked(command: &ParkedCommand, json: bool, target: &Target) -> anyhow::Result<bool> {
+    let ParkedCommand::List { account } = command;
     runtime()?.block_on(async {
         let target = target.resolve(None).await?;
         let store = servicing_store::ServicingStore::new(
@@ -194,10 +186,10 @@ pub fn parked(command: &ParkedCommand, json: bool) -> anyhow::Result<bool> {
     })
 }
 
-pub fn send(args: &SendArgs) -> anyhow::Result<bool> {
+pub fn send(args: &SendArgs, target: &Target) -> anyhow::Result<bool> {
     let lines = read_lines(&args.events)?;
     runtime()?.block_on(async {
-        let target = args.target.resolve(Some(&args.queue)).await?;
+        let target = target.resolve(Some(&args.queue)).await?;
         let refusals = replay::check(&target.dynamodb(), &target.table, &lines).await?;
         for r in &refusals {
             eprintln!("line {}: {}", r.line, r.reason);
@@ -218,9 +210,9 @@ pub fn send(args: &SendArgs) -> anyhow::Result<bool> {
     })
 }
 
-pub fn close(args: &CloseArgs) -> anyhow::Result<bool> {
+pub fn close(args: &CloseArgs, target: &Target) -> anyhow::Result<bool> {
     runtime()?.block_on(async {
-        let target = args.target.resolve(Some(&args.queue)).await?;
+        let target = target.resolve(Some(&args.queue)).await?;
         let store = servicing_store::ServicingStore::new(
             target.dynamodb(),
             servicing_store::StoreConfig::new(&target.table, "aging"),

@@ -13,8 +13,6 @@ use crate::target::{Change, QueueArg, Target};
 pub enum QuarantineCommand {
     /// Quarantined messages, oldest first (one line each), with filters.
     List {
-        #[command(flatten)]
-        target: Target,
         /// Only this consumer's.
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(quarantine::QUARANTINING))]
         consumer: Option<String>,
@@ -35,8 +33,6 @@ pub enum QuarantineCommand {
     },
     /// Messages in full, raw body included.
     Inspect {
-        #[command(flatten)]
-        target: Target,
         /// Ids as `list` prints them, e.g. `account-state/2026-11-02/1762077600000/3f2a…`.
         #[arg(required = true, value_name = "ID")]
         ids: Vec<String>,
@@ -44,8 +40,6 @@ pub enum QuarantineCommand {
     /// Re-send bodies with their original identity (collisions are refused; so is an unclaimed
     /// fact quarantined so long ago that it may have applied since and its claim expired).
     Redrive {
-        #[command(flatten)]
-        target: Target,
         #[command(flatten)]
         queue: QueueArg,
         /// Ids as `list` prints them.
@@ -71,11 +65,14 @@ pub enum QuarantineCommand {
 /// What `quarantine list` reads without `--since`.
 const DEFAULT_DAYS: i64 = 7;
 
-pub fn quarantine(command: &QuarantineCommand, json: bool) -> anyhow::Result<bool> {
+pub fn quarantine(
+    command: &QuarantineCommand,
+    json: bool,
+    target: &Target,
+) -> anyhow::Result<bool> {
     runtime()?.block_on(async {
         match command {
             QuarantineCommand::List {
-                target,
                 consumer,
                 since,
                 all,
@@ -137,7 +134,7 @@ pub fn quarantine(command: &QuarantineCommand, json: bool) -> anyhow::Result<boo
                 println!("{} quarantined ({read})", items.len());
                 Ok(true)
             }
-            QuarantineCommand::Inspect { target, ids } => {
+            QuarantineCommand::Inspect { ids } => {
                 let target = target.resolve(None).await?;
                 for id in ids {
                     let q = quarantine::inspect(&target.dynamodb(), &target.table, id).await?;
@@ -150,7 +147,6 @@ pub fn quarantine(command: &QuarantineCommand, json: bool) -> anyhow::Result<boo
                 Ok(true)
             }
             QuarantineCommand::Redrive {
-                target,
                 queue,
                 ids,
                 retention_days,

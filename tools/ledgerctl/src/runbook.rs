@@ -14,8 +14,6 @@ use crate::target::{Change, QueueArg, Target};
 pub enum ActionsCommand {
     /// Collections actions, oldest first, with filters.
     List {
-        #[command(flatten)]
-        target: Target,
         /// Only this account's, e.g. `--account acc_1001`.
         #[arg(long)]
         account: Option<String>,
@@ -30,9 +28,8 @@ pub enum ActionsCommand {
     },
     /// One action in full (its id is the receiver's Idempotency-Key).
     Inspect {
-        #[command(flatten)]
-        target: Target,
-        /// The action id, e.g. `act_3f2a…` (as `list` prints it).
+        /// The action id, e.g. `collections_notification:acc_1001:DPD_30_59:evt_0f3a…` (as `list`
+        /// prints it: account, bucket, the change's event id).
         #[arg(value_name = "ACTION_ID")]
         action_id: String,
     },
@@ -66,8 +63,6 @@ impl ActionStatusArg {
 
 #[derive(Debug, clap::Args)]
 pub struct PaymentArgs {
-    #[command(flatten)]
-    target: Target,
     /// The caller as the API saw it (its IAM principal ARN), e.g.
     /// `--caller arn:aws:iam::111122223333:user/alice`.
     #[arg(long, value_name = "PRINCIPAL")]
@@ -91,8 +86,6 @@ pub enum DlqCommand {
     /// Up to --max messages, bodies included, left in the queue.
     Peek {
         #[command(flatten)]
-        target: Target,
-        #[command(flatten)]
         dlq: DlqArg,
         /// How many to look at, e.g. `--max 50`.
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
@@ -101,8 +94,6 @@ pub enum DlqCommand {
     /// Move up to --max messages back to the queue they came from (servicing: to each body's
     /// account group; every fact is deduplicated by its claim, every action by its id).
     Redrive {
-        #[command(flatten)]
-        target: Target,
         #[command(flatten)]
         dlq: DlqArg,
         /// Where to (default: the stack's servicing or collections queue for those DLQs).
@@ -124,8 +115,6 @@ pub enum OutboxCommand {
     /// Publish again the events of the records written in [--from, --to): facts applied and
     /// API payments accepted (those go to the servicing queue again: deduplicated there).
     Republish {
-        #[command(flatten)]
-        target: Target,
         #[command(flatten)]
         queue: QueueArg,
         /// Written at or after (ISO 8601), e.g. `--from 2026-11-02T10:00:00Z`.
@@ -156,11 +145,10 @@ fn action_json(a: &ActionItem) -> Value {
         "payload": serde_json::from_str::<Value>(&a.payload).unwrap_or(Value::String(a.payload.clone()))})
 }
 
-pub fn actions(command: &ActionsCommand, json: bool) -> anyhow::Result<bool> {
+pub fn actions(command: &ActionsCommand, json: bool, target: &Target) -> anyhow::Result<bool> {
     runtime()?.block_on(async {
         match command {
             ActionsCommand::List {
-                target,
                 account,
                 status,
                 all,
@@ -212,7 +200,7 @@ pub fn actions(command: &ActionsCommand, json: bool) -> anyhow::Result<bool> {
                 println!("{} actions ({read})", found.len());
                 Ok(true)
             }
-            ActionsCommand::Inspect { target, action_id } => {
+            ActionsCommand::Inspect { action_id } => {
                 let target = target.resolve(None).await?;
                 match actions::inspect(&target.dynamodb(), &target.table, action_id).await? {
                     Some(a) => {
@@ -231,13 +219,13 @@ pub fn actions(command: &ActionsCommand, json: bool) -> anyhow::Result<bool> {
 
 /// "What happened to the payment with key K" for one caller: the idempotency record (what the
 /// API answered, until when it replays), the fact it sent and what account-state made of it.
-pub fn payment(args: &PaymentArgs, json: bool) -> anyhow::Result<bool> {
+pub fn payment(args: &PaymentArgs, json: bool, target: &Target) -> anyhow::Result<bool> {
     let principal = payments_api::Principal::new(args.caller.clone())
         .ok_or_else(|| anyhow::anyhow!("--caller is empty"))?;
     let key = payments_api::IdempotencyKey::parse(Some(args.key.as_bytes()))
         .map_err(|e| anyhow::anyhow!("--key: {e}"))?;
     runtime()?.block_on(async {
-        let target = args.target.resolve(None).await?;
+        let target = target.resolve(None).await?;
         let dynamodb = target.dynamodb();
         // Records are keyed by the caller's scope and the operation id (what GET
         // /v1/payments/{operationId} reads), derived from the key.
@@ -327,10 +315,10 @@ fn dlq_urls(
     Ok((url, back.and_then(output)))
 }
 
-pub fn dlq(command: &DlqCommand, json: bool) -> anyhow::Result<bool> {
+pub fn dlq(command: &DlqCommand, json: bool, target: &Target) -> anyhow::Result<bool> {
     runtime()?.block_on(async {
         match command {
-            DlqCommand::Peek { target, dlq: name, max } => {
+            DlqCommand::Peek { dlq: name, max } => {
                 let target = target.resolve(None).await?;
                 let (url, _) = dlq_urls(&target, &name.dlq)?;
                 let letters = dlq::peek(&target.sqs(), &url, *max as usize).await?;
@@ -350,7 +338,7 @@ pub fn dlq(command: &DlqCommand, json: bool) -> anyhow::Result<bool> {
                 }
                 Ok(true)
             }
-            DlqCommand::Redrive { target, dlq: name, queue, max, dry_run, change } => {
+            DlqCommand::Redrive { dlq: name, queue, max, dry_run, change } => {
                 let target = target.resolve(Some(queue)).await?;
                 let operator = target.authorize(change, *dry_run).await?;
                 let (url, back) = dlq_urls(&target, &name.dlq)?;
@@ -379,9 +367,8 @@ pub fn dlq(command: &DlqCommand, json: bool) -> anyhow::Result<bool> {
     })
 }
 
-pub fn outbox(command: &OutboxCommand) -> anyhow::Result<bool> {
+pub fn outbox(command: &OutboxCommand, target: &Target) -> anyhow::Result<bool> {
     let OutboxCommand::Republish {
-        target,
         queue,
         from,
         to,

@@ -10,8 +10,6 @@ use crate::target::Target;
 
 #[derive(Debug, clap::Args)]
 pub struct StateArgs {
-    #[command(flatten)]
-    target: Target,
     /// The account, e.g. `acc_1001`.
     #[arg(value_parser = crate::account_id)]
     account: AccountId,
@@ -37,10 +35,10 @@ fn differences(report: &Value, expected: &Value) -> Vec<String> {
         .collect()
 }
 
-pub fn run(args: &StateArgs) -> anyhow::Result<bool> {
+pub fn run(args: &StateArgs, target: &Target) -> anyhow::Result<bool> {
     let account = &args.account;
     let (report, table) = crate::ops::runtime()?.block_on(async {
-        let target = args.target.resolve(None).await?;
+        let target = target.resolve(None).await?;
         let store = ServicingStore::new(
             target.dynamodb(),
             StoreConfig::new(&target.table, "ledgerctl"),

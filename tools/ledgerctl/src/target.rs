@@ -5,17 +5,26 @@
 use anyhow::Context;
 use aws_config::SdkConfig;
 
-/// `--stack` / `--table`: every command that reads or writes the servicing table.
+/// `--stack` / `--table`, global (before or after the command): every command that reads or
+/// writes the servicing table.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Target {
     /// The CloudFormation stack whose outputs name the table (and queue), e.g.
     /// `--stack loan-servicing-prod`. Default: $STACK_NAME.
-    #[arg(long, value_name = "STACK")]
+    #[arg(long, value_name = "STACK", global = true)]
     stack: Option<String>,
     /// The servicing table, e.g. `--table loan-servicing-ServicingTable-1A2B3C4D`. Default: the
     /// stack's `ServicingTableName` output, else $TABLE_NAME.
-    #[arg(long, value_name = "TABLE")]
+    #[arg(long, value_name = "TABLE", global = true)]
     table: Option<String>,
+}
+
+impl Target {
+    /// Whether the command line names a target (`--stack` or `--table`): what makes the
+    /// commands for which the table is optional (`incident`) read it.
+    pub fn named(&self) -> bool {
+        self.stack.is_some() || self.table.is_some()
+    }
 }
 
 /// `--queue`: the commands that send to the servicing queue.

@@ -12,8 +12,6 @@ fn redrive_retention(args: &[&str]) -> Option<i64> {
     let base = [
         "ledgerctl",
         "redrive",
-        "--table",
-        "t",
         "--queue",
         "q",
         "account-state/2026-11-02/1/m",
