@@ -10,6 +10,9 @@
 //!
 //!   reconcile_load [--history 200000,2000000]
 
+// Timings and ratios, not money: floats are fine here.
+#![allow(clippy::float_arithmetic)]
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

@@ -212,10 +212,8 @@ mod tests {
             }
             let next = tokens.get(i + 1).copied();
             let named_alone = next.is_none_or(|n| n.starts_with("--"));
-            if token.starts_with("--") && named_alone {
-                if let Some(value) = value_for(token) {
-                    words.push(value.to_owned());
-                }
+            if let Some(value) = value_for(token).filter(|_| named_alone) {
+                words.push(value.to_owned());
             }
         }
         words
