@@ -20,7 +20,48 @@ on_both_engines!(
     when_a_request_fails_for_one_account_should_go_on_with_the_others,
     when_a_parked_fact_stays_ready_should_send_it_back_to_be_released,
     when_a_fact_parked_long_ago_has_just_become_ready_should_not_count_it_as_left_ready,
+    when_a_payment_is_suspected_twice_under_new_identities_should_not_hold,
 );
+
+/// Issue 32: a suspected duplicate (same account, amount, currency and time under another
+/// identity) was counted but the daily run still said it holds: it needs a person.
+async fn when_a_payment_is_suspected_twice_under_new_identities_should_not_hold(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    let a = "acc_twice";
+    process(&handler, &[open(a), pay(a, "pay-first", 3, 900)]).await;
+    let sqs = aws_sdk_sqs::Client::new(&Engine::MiniStack.sdk_config().await);
+    let config = ::reconciler::Config {
+        table: servicing.table.clone(),
+        window_hours: 1,
+        park_retention: WEEK,
+        claim_retention: Duration::from_secs(35 * 86_400),
+        servicing_queue_url: "unused: nothing is parked".into(),
+    };
+    let store = servicing.store("account-state");
+    let now = servicing_ops::epoch_seconds() + 1;
+    let run = ::reconciler::run_at(&config, &store, &sqs, now)
+        .await
+        .expect("run");
+    assert_eq!(
+        (run["holds"].clone(), run["suspectedDuplicates"].clone()),
+        (true.into(), 0.into()),
+        "{run:#}"
+    );
+    // The same payment again under a new id: applied (the identity is new), and suspected.
+    assert_eq!(
+        process(&handler, &[pay(a, "pay-again", 3, 900)]).await,
+        [MessageResult::Applied]
+    );
+    let run = ::reconciler::run_at(&config, &store, &sqs, now + 1)
+        .await
+        .expect("run");
+    assert_eq!(
+        (run["holds"].clone(), run["suspectedDuplicates"].clone()),
+        (false.into(), 1.into()),
+        "{run:#}"
+    );
+}
 
 /// Issue 30: the 5-minute grace for a ready fact counted from when it was parked, so a fact
 /// parked an hour ago and made ready a moment ago was reported `ReadyNotReleased` (and sent

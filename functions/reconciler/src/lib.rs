@@ -54,7 +54,8 @@ impl Config {
 }
 
 /// A run's figures, as EMF metrics (`ReconciliationProblems`, `ParkedExpired`,
-/// `ReadyNotReleased`, `AcceptedNotApplied` and `ActionsPendingTooLong` alarm).
+/// `ReadyNotReleased`, `AcceptedNotApplied`, `ActionsPendingTooLong` and `SuspectedDuplicates`
+/// alarm).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunCounts {
     pub reconciliation_problems: u64,
@@ -200,7 +201,8 @@ pub async fn run_at(
     };
     servicing_telemetry::emit("reconciler", &counts.metrics());
     Ok(json!({
-        "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty(),
+        // A suspected duplicate new in the window needs a person: the run does not hold.
+        "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty() && counts.suspected_duplicates == 0,
         "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
         "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),
         "acceptedConfirmed": confirmed,
