@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -64,6 +65,8 @@ def parameters(notification_url: str) -> dict[str, str]:
     return {
         "Architecture": "x86_64",
         "NotificationUrl": notification_url,
+        "NotificationDeduplicates": "false",
+        "NotificationStatusUrl": f"{notification_url}/status",
         # Fast local feedback: retry deferred facts quickly.
         "CollectionsBatchWindowSeconds": "0",
         "RelayBatchWindowSeconds": "0",
@@ -97,7 +100,11 @@ def deploy(notification_url: str) -> dict[str, str]:
 
 # ------------------------------------------------------------------ the run
 class Receiver(http.server.BaseHTTPRequestHandler):
-    """The customer-notification endpoint: records calls, deduplicates on Idempotency-Key."""
+    """The customer-notification endpoint, as a counterparty that does NOT deduplicate: every
+    call is a notice to the customer (the run checks no actionId is called twice); `GET
+    .../status/<actionId>` says whether it has one (200) or not (404), which collections asks
+    before repeating a call whose outcome it does not know (the stack is deployed with
+    NotificationDeduplicates=false)."""
 
     calls: list[tuple[str, dict]] = []
 
@@ -109,6 +116,12 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.end_headers()
         self.wfile.write(b'{"accepted":true}')
+
+    def do_GET(self):  # noqa: N802
+        action_id = urllib.parse.unquote(self.path.rsplit("/status/", 1)[-1])
+        has = any(k == action_id for k, _ in Receiver.calls)
+        self.send_response(200 if has else 404)
+        self.end_headers()
 
     def log_message(self, *args):  # keep the run's output readable
         pass
@@ -515,6 +528,8 @@ def main() -> int:
         and actions.get("SENT", 0) == expected_notifications
         and len(actions) <= 1
         and len(keys) == (expected_notifications if not before else 0)
+        # The receiver does not deduplicate: a second call would be a second notice.
+        and len(Receiver.calls) == len(keys)
     )
     print(
         f"reconciliation: {distinct} distinct facts = {sum(claims.values())} claimed (applied {claims.get('APPLIED', 0)} + "

@@ -14,7 +14,7 @@ use integration_tests::servicing::{Servicing, process};
 
 use crate::payments_api::{ALICE, api_outbox, open_account, payment, post};
 use servicing_ops::actions::Listing;
-use servicing_store::{ActionIntent, ActionStatus};
+use servicing_store::{ActionIntent, ActionStatus, Lease};
 
 on_both_engines!(
     when_parked_facts_expire_should_read_only_the_accounts_holding_them,
@@ -143,7 +143,9 @@ async fn when_actions_are_checked_should_read_only_the_unsettled_ones(engine: En
                 .lease_action(id, &lease, lease_until)
                 .await
                 .expect("lease"),
-            None
+            Lease::Acquired {
+                from: ActionStatus::Pending
+            }
         );
         let outcome = match i {
             0..10 => Some(ActionStatus::Sent),

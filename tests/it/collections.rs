@@ -13,7 +13,7 @@ use integration_tests::servicing::{Servicing, sqs_message};
 use serde_json::{Value, json};
 use servicing_domain::{AccountId, Bucket, Fingerprint, SourceRef};
 use servicing_store::schema::LatestDelinquencyRecord;
-use servicing_store::{ActionIntent, ActionStatus, CommitOutcome, Effect, UnitOfWork};
+use servicing_store::{ActionIntent, ActionStatus, CommitOutcome, Effect, Lease, UnitOfWork};
 
 on_both_engines!(
     when_delinquency_is_delivered_5_times_should_notify_once,
@@ -28,7 +28,219 @@ on_both_engines!(
     when_a_cure_is_handled_before_the_worsening_it_follows_should_not_notify,
     when_a_cure_lands_while_the_worsening_intent_is_pending_should_not_notify,
     when_a_later_change_is_recorded_between_the_read_and_the_commit_should_judge_again,
+    when_a_receiver_that_cannot_deduplicate_got_the_call_but_the_answer_was_lost_should_not_call_again,
+    when_a_receiver_that_cannot_deduplicate_says_it_has_nothing_should_call_once_more,
+    when_the_receivers_status_does_not_answer_should_not_call,
 );
+
+/// A receiver that does NOT deduplicate: every call it accepts is a notice to the customer.
+/// `POST /notify` answers from `plan` (status, delay in ms; then 200 at once); a call answered
+/// 2xx is a notice even when its answer arrives too late. `GET /status/<actionId>` answers
+/// from `status_plan`, then 200 when it holds a notice for the action, 404 when not.
+#[derive(Clone, Default)]
+struct PlainReceiver {
+    calls: Arc<Mutex<Vec<String>>>,
+    notices: Arc<Mutex<Vec<String>>>,
+    asked: Arc<Mutex<Vec<String>>>,
+    plan: Arc<Mutex<VecDeque<(u16, u64)>>>,
+    status_plan: Arc<Mutex<VecDeque<u16>>>,
+}
+
+impl wiremock::Respond for PlainReceiver {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        if request.method.as_str() == "GET" {
+            let id = request
+                .url
+                .path()
+                .trim_start_matches("/status/")
+                .replace("%20", " ");
+            self.asked.lock().expect("asked").push(id.clone());
+            let status = self.status_plan.lock().expect("plan").pop_front();
+            let has = self.notices.lock().expect("notices").contains(&id);
+            return wiremock::ResponseTemplate::new(status.unwrap_or(if has { 200 } else { 404 }));
+        }
+        let key = request
+            .headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        self.calls.lock().expect("calls").push(key.clone());
+        let (status, delay) = self
+            .plan
+            .lock()
+            .expect("plan")
+            .pop_front()
+            .unwrap_or((200, 0));
+        if (200..300).contains(&status) {
+            self.notices.lock().expect("notices").push(key);
+        }
+        wiremock::ResponseTemplate::new(status).set_delay(Duration::from_millis(delay))
+    }
+}
+
+impl PlainReceiver {
+    async fn start(&self) -> wiremock::MockServer {
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::any())
+            .respond_with(self.clone())
+            .mount(&server)
+            .await;
+        server
+    }
+
+    fn count(list: &Arc<Mutex<Vec<String>>>) -> usize {
+        list.lock().expect("list").len()
+    }
+
+    /// A handler calling it with a short call timeout (an answer later than 300 ms is lost).
+    fn handler(servicing: &Servicing, server: &wiremock::MockServer) -> CollectionsHandler {
+        let notifier = Notifier::new(
+            &format!("{}/notify", server.uri()),
+            Duration::from_millis(300),
+        )
+        .expect("notifier")
+        .without_deduplication(&format!("{}/status", server.uri()))
+        .expect("status url");
+        CollectionsHandler::new(servicing.store(CONSUMER), notifier)
+    }
+}
+
+/// Issue 32: after a timeout the notifier called again with the same key, trusting the
+/// receiver to deduplicate; one that cannot sent the customer the notice twice.
+async fn when_a_receiver_that_cannot_deduplicate_got_the_call_but_the_answer_was_lost_should_not_call_again(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = PlainReceiver::default();
+    // It takes the notice, but its answer comes after the call's timeout.
+    receiver.plan.lock().expect("plan").push_back((200, 1_500));
+    let server = receiver.start().await;
+    let handler = PlainReceiver::handler(&servicing, &server);
+    let first = deliver(&handler, "m1", envelope).await;
+    assert!(matches!(first, MessageResult::Retry { .. }), "{first:?}");
+    let action_id = receiver.calls.lock().expect("calls")[0].clone();
+    assert_eq!(
+        action_status(&servicing, &action_id).await.0,
+        "UNKNOWN",
+        "{engine:?}: an answer lost is an unknown outcome, not a failure to repeat"
+    );
+    // The redelivery asks first; the receiver has it: settled, never called again.
+    for round in 0..2 {
+        let again = deliver(&handler, &format!("m1-{round}"), envelope).await;
+        assert!(
+            matches!(again, MessageResult::Duplicate { .. }),
+            "{again:?}"
+        );
+    }
+    assert_eq!(
+        (
+            PlainReceiver::count(&receiver.calls),
+            PlainReceiver::count(&receiver.notices)
+        ),
+        (1, 1),
+        "{engine:?}: one call, one notice"
+    );
+    assert_eq!(
+        PlainReceiver::count(&receiver.asked),
+        1,
+        "{engine:?}: asked once"
+    );
+    assert_eq!(action_status(&servicing, &action_id).await.0, "SENT");
+}
+
+async fn when_a_receiver_that_cannot_deduplicate_says_it_has_nothing_should_call_once_more(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = PlainReceiver::default();
+    // A 502: it may or may not have done the work; here it did not.
+    receiver.plan.lock().expect("plan").push_back((502, 0));
+    let server = receiver.start().await;
+    let handler = PlainReceiver::handler(&servicing, &server);
+    assert!(matches!(
+        deliver(&handler, "m1", envelope).await,
+        MessageResult::Retry { .. }
+    ));
+    let action_id = receiver.calls.lock().expect("calls")[0].clone();
+    assert_eq!(action_status(&servicing, &action_id).await.0, "UNKNOWN");
+    let again = deliver(&handler, "m2", envelope).await;
+    assert_eq!(
+        again,
+        MessageResult::Duplicate { action: SENT_NOW },
+        "{engine:?}"
+    );
+    assert_eq!(
+        (
+            PlainReceiver::count(&receiver.asked),
+            PlainReceiver::count(&receiver.calls),
+            PlainReceiver::count(&receiver.notices)
+        ),
+        (1, 2, 1),
+        "{engine:?}: asked, then called once more: one notice"
+    );
+    // A call turned away (503: not now) is simply retried: nothing to ask.
+    let turned_away = PlainReceiver::default();
+    turned_away.plan.lock().expect("plan").push_back((503, 0));
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let server = turned_away.start().await;
+    let handler = PlainReceiver::handler(&servicing, &server);
+    let envelope = entering_30(&envelopes);
+    deliver(&handler, "m1", envelope).await;
+    let action_id = turned_away.calls.lock().expect("calls")[0].clone();
+    assert_eq!(action_status(&servicing, &action_id).await.0, "PENDING");
+    deliver(&handler, "m2", envelope).await;
+    assert_eq!(
+        (
+            PlainReceiver::count(&turned_away.asked),
+            PlainReceiver::count(&turned_away.notices)
+        ),
+        (0, 1),
+        "{engine:?}"
+    );
+}
+
+async fn when_the_receivers_status_does_not_answer_should_not_call(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let envelope = entering_30(&envelopes);
+    let receiver = PlainReceiver::default();
+    receiver.plan.lock().expect("plan").push_back((504, 0));
+    receiver
+        .status_plan
+        .lock()
+        .expect("plan")
+        .extend([500, 503]);
+    let server = receiver.start().await;
+    let handler = PlainReceiver::handler(&servicing, &server);
+    // The call (504: unknown), two askings that do not answer, one that says "not there".
+    for round in 0..4 {
+        let result = deliver(&handler, &format!("m{round}"), envelope).await;
+        if round < 3 {
+            assert!(matches!(result, MessageResult::Retry { .. }), "{result:?}");
+        } else {
+            assert_eq!(
+                result,
+                MessageResult::Duplicate { action: SENT_NOW },
+                "{engine:?}"
+            );
+        }
+    }
+    assert_eq!(
+        (
+            PlainReceiver::count(&receiver.calls),
+            PlainReceiver::count(&receiver.asked),
+            PlainReceiver::count(&receiver.notices)
+        ),
+        (2, 3, 1),
+        "{engine:?}: no call while the status does not answer; then one"
+    );
+}
 
 /// Records every call (its `Idempotency-Key` and body); answers from `plan`, then 200.
 #[derive(Clone, Default)]
@@ -341,7 +553,9 @@ async fn when_a_twin_delivery_holds_the_lease_should_not_call_at_once_nor_overwr
             .lease_action(&action_id, "twin", until)
             .await
             .expect("lease"),
-        None
+        Lease::Acquired {
+            from: ActionStatus::Pending
+        }
     );
     let busy = deliver(&handler, "m1", envelope).await;
     assert!(
@@ -371,7 +585,9 @@ async fn when_a_twin_delivery_holds_the_lease_should_not_call_at_once_nor_overwr
             .lease_action(&action_id, "dead-twin", expired)
             .await
             .expect("lease"),
-        None
+        Lease::Acquired {
+            from: ActionStatus::Pending
+        }
     );
     assert_eq!(
         deliver(&handler, "m1", envelope).await,

@@ -3,9 +3,10 @@
 //! its outcome recorded. Separate from the claim: it runs on the first delivery and on every
 //! replay that finds the intent still pending.
 
-use servicing_store::ActionStatus;
+use servicing_store::{ActionStatus, Lease};
 
 use crate::change::{DelinquencyChanged, later_than};
+use crate::notifier::Status;
 use crate::{ActionOutcome, CollectionsHandler, Delivery};
 
 impl CollectionsHandler {
@@ -28,25 +29,58 @@ impl CollectionsHandler {
                 executed_now: false,
             })
         };
-        if matches!(
-            record.status,
-            ActionStatus::Sent | ActionStatus::Rejected | ActionStatus::Superseded
-        ) {
+        if record.status.settled() {
             return settled(record.status);
         }
         // Long enough for the call and its answer: a twin may take over only after that.
         let lease_ms = i64::try_from(self.notifier.timeout().as_millis() * 2).unwrap_or(i64::MAX);
         let lease_id = lease_id();
         let until = servicing_store::epoch_millis().saturating_add(lease_ms + 2_000);
-        match self.store.lease_action(action_id, &lease_id, until).await {
-            Ok(None) => {}
-            Ok(Some(ActionStatus::Sending | ActionStatus::Pending)) => {
+        let leased_from = match self.store.lease_action(action_id, &lease_id, until).await {
+            Ok(Lease::Acquired { from }) => from,
+            Ok(Lease::Refused(status)) if status.settled() => return settled(status),
+            Ok(Lease::Refused(_)) => {
                 return Err(format!(
                     "action {action_id} is being executed by another delivery; will retry"
                 ));
             }
-            Ok(Some(status)) => return settled(status),
             Err(e) => return Err(e.to_string()),
+        };
+        // A receiver that does not deduplicate may already have what an earlier attempt sent
+        // (its outcome unknown, or its holder gone while sending): ask it before anything else.
+        if !self.notifier.deduplicates()
+            && matches!(leased_from, ActionStatus::Unknown | ActionStatus::Sending)
+        {
+            let (status, detail) = match self.notifier.status(action_id).await {
+                Status::NotDelivered => (None, String::new()),
+                Status::Delivered => (
+                    Some(ActionStatus::Sent),
+                    "delivered (the receiver's status says so): not called again".to_owned(),
+                ),
+                Status::Unanswered(reason) => (Some(ActionStatus::Unknown), reason),
+            };
+            if let Some(status) = status {
+                if let Err(e) = self
+                    .store
+                    .record_action(action_id, &lease_id, status, None, &detail)
+                    .await
+                {
+                    return Err(format!(
+                        "could not record what the receiver's status says: {e}"
+                    ));
+                }
+                tracing::info!(
+                    action_id,
+                    status = status.as_str(),
+                    "receiver's status asked"
+                );
+                return match status {
+                    ActionStatus::Sent => settled(status),
+                    _ => Err(format!(
+                        "the receiver's status is unknown ({detail}); asked again before any call"
+                    )),
+                };
+            }
         }
         // Decided at call time, under the lease: the customer is no longer where the notice
         // says once a later change of the account is recorded (a cure handled first, say). A
@@ -78,7 +112,21 @@ impl CollectionsHandler {
             Delivery::Rejected { status, reason } => {
                 (ActionStatus::Rejected, Some(*status), reason.clone())
             }
-            Delivery::Failed { status, reason } => (ActionStatus::Pending, *status, reason.clone()),
+            // To a receiver that does not deduplicate, a call that may have reached it is
+            // never simply repeated: the next attempt asks its status first.
+            Delivery::Failed {
+                status,
+                reason,
+                maybe_delivered,
+            } => {
+                let unknown = *maybe_delivered && !self.notifier.deduplicates();
+                let status_after = if unknown {
+                    ActionStatus::Unknown
+                } else {
+                    ActionStatus::Pending
+                };
+                (status_after, *status, reason.clone())
+            }
         };
         tracing::info!(
             action_id,
@@ -102,7 +150,8 @@ impl CollectionsHandler {
                 tracing::warn!(
                     alert = "notification_failed",
                     action_id,
-                    "notification failed; retried with the same actionId"
+                    status = status.as_str(),
+                    "notification failed; retried with the same actionId (after asking the receiver's status when UNKNOWN)"
                 );
                 Err(format!("notification failed, will retry: {detail}"))
             }

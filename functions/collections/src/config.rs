@@ -16,13 +16,28 @@ pub struct Config {
     pub table: String,
     /// The customer-notification endpoint (`NOTIFICATION_URL`, required).
     pub notification_url: String,
+    /// Whether the receiver honours `Idempotency-Key` (`NOTIFICATION_DEDUPLICATES`, default
+    /// true). When it does not, an attempt whose outcome is unknown is never simply repeated:
+    /// the next one asks the status endpoint first.
+    pub receiver_deduplicates: bool,
+    /// Where the receiver says whether it has an action (`NOTIFICATION_STATUS_URL`: `GET
+    /// <url>/<actionId>` answers 200 when it has it, 404 when not); required when the receiver
+    /// does not deduplicate.
+    pub status_url: Option<String>,
 }
 
 impl FromSettings for Config {
     fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
+        let receiver_deduplicates = settings.flag("NOTIFICATION_DEDUPLICATES", true)?;
+        let status_url = settings.optional("NOTIFICATION_STATUS_URL");
+        if !receiver_deduplicates && status_url.is_none() {
+            return Err(ConfigError::Missing("NOTIFICATION_STATUS_URL"));
+        }
         Ok(Self {
             table: settings.required("TABLE_NAME")?,
             notification_url: settings.required("NOTIFICATION_URL")?,
+            receiver_deduplicates,
+            status_url,
         })
     }
 }

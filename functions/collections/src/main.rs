@@ -14,6 +14,10 @@ async fn main() -> Result<(), Error> {
 
     let config = Config::from_env()?;
     let notifier = Notifier::new(&config.notification_url, CALL_TIMEOUT)?;
+    let notifier = match (&config.status_url, config.receiver_deduplicates) {
+        (Some(status_url), false) => notifier.without_deduplication(status_url)?,
+        _ => notifier,
+    };
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.store_config());
     let handler = CollectionsHandler::new(store, notifier);

@@ -19,7 +19,24 @@ pub enum Delivery {
     /// Anything else — 5xx, 408/409/425/429, and also 3xx, 401, 403, 404 (a moved, misconfigured
     /// or unauthorised endpoint says nothing about the notification), timeouts, connection
     /// failures: retried later with the same key, and alarmed through the DLQ if it lasts.
-    Failed { status: Option<u16>, reason: String },
+    /// `maybe_delivered`: the receiver may have it (no answer, the connection lost after
+    /// sending, a 500/502/504), as opposed to a call that never reached it or was turned away.
+    Failed {
+        status: Option<u16>,
+        reason: String,
+        maybe_delivered: bool,
+    },
+}
+
+/// What a receiver's status endpoint says about an action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// 200: it has the notification.
+    Delivered,
+    /// 404: it does not.
+    NotDelivered,
+    /// No answer that says: asked again later, never a call meanwhile.
+    Unanswered(String),
 }
 
 #[derive(Debug, Clone)]
@@ -27,6 +44,9 @@ pub struct Notifier {
     url: http::Uri,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeout: Duration,
+    /// `None`: the receiver deduplicates on `Idempotency-Key`. Else where it says whether it
+    /// has an action (`GET <url>/<actionId>`), asked before any call that could repeat one.
+    status_url: Option<String>,
 }
 
 impl Notifier {
@@ -48,7 +68,50 @@ impl Notifier {
             url,
             client: Client::builder(TokioExecutor::new()).build(https),
             timeout,
+            status_url: None,
         })
+    }
+
+    /// For a receiver that does not deduplicate: `status_url` (absolute http(s)) answers `GET
+    /// <status_url>/<actionId>` with 200 when it has the action, 404 when not.
+    pub fn without_deduplication(mut self, status_url: &str) -> Result<Self, String> {
+        let parsed: http::Uri = status_url
+            .parse()
+            .map_err(|e| format!("NOTIFICATION_STATUS_URL {status_url:?} is not a URL: {e}"))?;
+        if !matches!(parsed.scheme_str(), Some("http" | "https")) {
+            return Err(format!(
+                "NOTIFICATION_STATUS_URL {status_url} must be http(s)"
+            ));
+        }
+        self.status_url = Some(status_url.trim_end_matches('/').to_owned());
+        Ok(self)
+    }
+
+    /// Whether the receiver honours `Idempotency-Key` (a call may simply be repeated).
+    pub fn deduplicates(&self) -> bool {
+        self.status_url.is_none()
+    }
+
+    /// What the receiver says about `action_id` (only for one that does not deduplicate).
+    pub async fn status(&self, action_id: &str) -> Status {
+        let Some(base) = &self.status_url else {
+            return Status::Unanswered("the receiver has no status endpoint".into());
+        };
+        let request = http::Request::get(format!("{base}/{}", path_segment(action_id)))
+            .body(Full::new(Bytes::new()));
+        let request = match request {
+            Ok(request) => request,
+            Err(e) => return Status::Unanswered(format!("cannot build the status request: {e}")),
+        };
+        match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+            Err(_) => Status::Unanswered(format!("no status within {:?}", self.timeout)),
+            Ok(Err(e)) => Status::Unanswered(format!("status call failed: {e}")),
+            Ok(Ok(response)) => match response.status().as_u16() {
+                200 => Status::Delivered,
+                404 => Status::NotDelivered,
+                other => Status::Unanswered(format!("status answered HTTP {other}")),
+            },
+        }
     }
 
     /// How long a call may take before it counts as failed.
@@ -76,12 +139,15 @@ impl Notifier {
                 return Delivery::Failed {
                     status: None,
                     reason: format!("no answer within {:?}", self.timeout),
+                    maybe_delivered: true,
                 };
             }
             Ok(Err(e)) => {
                 return Delivery::Failed {
                     status: None,
                     reason: format!("call failed: {e}"),
+                    // A connection never made sent nothing; any other failure may have.
+                    maybe_delivered: !e.is_connect(),
                 };
             }
             Ok(Ok(response)) => response,
@@ -138,8 +204,23 @@ fn classify(status: u16, body: String) -> Delivery {
         _ => Delivery::Failed {
             status: Some(status),
             reason,
+            // A server error that is not an explicit "not now" (503) may have done the work.
+            maybe_delivered: matches!(status, 500..=599) && status != 503,
         },
     }
+}
+
+/// An action id as one path segment: unreserved characters and `:` as they are, the rest
+/// percent-encoded.
+fn path_segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -160,13 +241,37 @@ mod tests {
                 "{status}"
             );
         }
-        for status in [
-            301, 302, 307, 401, 403, 404, 408, 409, 425, 429, 500, 502, 503,
-        ] {
+        for status in [301, 302, 307, 401, 403, 404, 408, 409, 425, 429, 503] {
             assert!(
-                matches!(classify(status, String::new()), Delivery::Failed { .. }),
-                "{status}"
+                matches!(
+                    classify(status, String::new()),
+                    Delivery::Failed {
+                        maybe_delivered: false,
+                        ..
+                    }
+                ),
+                "{status}: turned away, never delivered"
             );
         }
+        for status in [500, 502, 504] {
+            assert!(
+                matches!(
+                    classify(status, String::new()),
+                    Delivery::Failed {
+                        maybe_delivered: true,
+                        ..
+                    }
+                ),
+                "{status}: may have done the work"
+            );
+        }
+    }
+
+    #[test]
+    fn when_an_action_id_names_a_status_path_should_keep_it_one_segment() {
+        assert_eq!(
+            path_segment("collections_notification:acc_1:DPD_30_59:evt/1 x"),
+            "collections_notification:acc_1:DPD_30_59:evt%2F1%20x"
+        );
     }
 }

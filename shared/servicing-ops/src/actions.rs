@@ -10,7 +10,7 @@ use crate::{get_record, scan_types};
 /// Which actions a listing reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listing {
-    /// The unsettled ones (`PENDING`, `SENDING`), from the open index: what it reads grows with
+    /// The unsettled ones (`PENDING`, `SENDING`, `UNKNOWN`), from the open index: what it reads grows with
     /// what is open, never with the table's history.
     Open,
     /// Every action ever recorded: a scan of the whole table (an audit, not a 3 am command).
@@ -36,7 +36,7 @@ pub async fn list(
     for item in items {
         let action: ActionItem = schema::from_item(item)
             .map_err(|e| anyhow::anyhow!("an action item does not decode: {e}"))?;
-        let open = matches!(action.status.as_str(), "PENDING" | "SENDING");
+        let open = matches!(action.status.as_str(), "PENDING" | "SENDING" | "UNKNOWN");
         if (listing == Listing::All || open)
             && account.is_none_or(|a| a == action.account_id)
             && status.is_none_or(|s| s.eq_ignore_ascii_case(&action.status))

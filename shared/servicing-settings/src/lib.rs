@@ -53,6 +53,25 @@ impl<'a> Settings<'a> {
             .ok_or(ConfigError::Missing(name))
     }
 
+    /// A value that may be absent (unset or empty: `None`).
+    pub fn optional(&self, name: &'static str) -> Option<String> {
+        (self.get)(name).filter(|v| !v.is_empty())
+    }
+
+    /// `true` or `false`, or `default` when unset or empty.
+    pub fn flag(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
+        match self.optional(name).as_deref() {
+            None => Ok(default),
+            Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(other) => Err(ConfigError::Invalid {
+                name,
+                rule: "true or false".into(),
+                value: other.to_owned(),
+            }),
+        }
+    }
+
     /// A whole number in `range`, or `default` when unset.
     pub fn number(
         &self,

@@ -39,6 +39,10 @@ pub enum ActionStatus {
     /// Never executed: a later delinquency change of the account was recorded before the call
     /// (the customer no longer is where the notice would say). Settled, never called.
     Superseded,
+    /// An attempt whose outcome is not known (no answer, the connection lost after sending,
+    /// an answer that does not say), to a receiver that does not deduplicate: the next attempt
+    /// asks the receiver's status for the action before any new call.
+    Unknown,
 }
 
 impl ActionStatus {
@@ -49,7 +53,16 @@ impl ActionStatus {
             ActionStatus::Sent => "SENT",
             ActionStatus::Rejected => "REJECTED",
             ActionStatus::Superseded => "SUPERSEDED",
+            ActionStatus::Unknown => "UNKNOWN",
         }
+    }
+
+    /// Settled for good: never leased, called or asked about again.
+    pub fn settled(self) -> bool {
+        matches!(
+            self,
+            ActionStatus::Sent | ActionStatus::Rejected | ActionStatus::Superseded
+        )
     }
 
     fn parse(value: &str) -> Option<Self> {
@@ -59,6 +72,7 @@ impl ActionStatus {
             ActionStatus::Sent,
             ActionStatus::Rejected,
             ActionStatus::Superseded,
+            ActionStatus::Unknown,
         ]
         .into_iter()
         .find(|s| s.as_str() == value)
@@ -67,6 +81,15 @@ impl ActionStatus {
 
 /// What an update that settles an action removes besides the lease: its open-index keys.
 const SETTLES: &str = ", openShard, openSince";
+
+/// How a lease request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// Taken, from this status.
+    Acquired { from: ActionStatus },
+    /// Not taken: this status stands.
+    Refused(ActionStatus),
+}
 
 /// An action as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,17 +130,18 @@ impl ServicingStore {
         }))
     }
 
-    /// Takes the lease of a pending action (or of one whose lease has run out) for `lease_id`
-    /// until `until_ms`: only the lease holder calls the receiver, so twin deliveries never call
-    /// at once. `Ok(None)` when acquired, else the status that stands (`Sending`: a twin holds
-    /// a live lease; `Sent`/`Rejected`: settled).
+    /// Takes the lease of an unsettled action — pending, unknown, or sending under a lease that
+    /// has run out — for `lease_id` until `until_ms`: only the lease holder calls the receiver,
+    /// so twin deliveries never call at once. Acquired, it says the status it was taken from
+    /// (`Unknown`, or `Sending` under an expired lease: a call may have gone out); refused, the
+    /// status that stands (`Sending`: a twin holds a live lease; settled ones).
     #[tracing::instrument(skip_all, fields(action_id))]
     pub async fn lease_action(
         &self,
         action_id: &str,
         lease_id: &str,
         until_ms: i64,
-    ) -> Result<Option<ActionStatus>, StoreError> {
+    ) -> Result<Lease, StoreError> {
         let (_, now_millis) = now_epoch();
         let result = self
             .client
@@ -126,27 +150,33 @@ impl ServicingStore {
             .set_key(Some(items::key_item(items::action_key(action_id))))
             .update_expression("SET #status = :sending, leaseId = :lease, leaseUntil = :until")
             .condition_expression(
-                "attribute_exists(pk) AND (#status = :pending OR (#status = :sending AND leaseUntil < :now))",
+                "attribute_exists(pk) AND (#status IN (:pending, :unknown) OR (#status = :sending AND leaseUntil < :now))",
             )
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":sending", s(ActionStatus::Sending.as_str()))
             .expression_attribute_values(":pending", s(ActionStatus::Pending.as_str()))
+            .expression_attribute_values(":unknown", s(ActionStatus::Unknown.as_str()))
             .expression_attribute_values(":lease", s(lease_id))
             .expression_attribute_values(":until", n(until_ms))
             .expression_attribute_values(":now", n(now_millis))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
+        let status_of = |item: Option<
+            &HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+        >| {
+            item.and_then(|item| items::string(item, "status"))
+                .and_then(ActionStatus::parse)
+                .ok_or_else(|| StoreError::Corrupt(format!("action {action_id} is not recorded")))
+        };
         match result {
-            Ok(_) => Ok(None),
+            Ok(answer) => Ok(Lease::Acquired {
+                from: status_of(answer.attributes())?,
+            }),
             Err(e) => match e.into_service_error() {
                 aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => {
-                    let status = c
-                        .item()
-                        .and_then(|item| items::string(item, "status"))
-                        .and_then(ActionStatus::parse)
-                        .ok_or_else(|| StoreError::Corrupt(format!("action {action_id} is not recorded")))?;
-                    Ok(Some(status))
+                    Ok(Lease::Refused(status_of(c.item())?))
                 }
                 other => Err(classify_service(other)),
             },
@@ -154,7 +184,8 @@ impl ServicingStore {
     }
 
     /// Records one execution attempt under the lease: the final status (`Sent`/`Rejected`), or
-    /// `Pending` again with the error of a transient failure, releasing the lease. Only the
+    /// `Pending` again with the error of a transient failure (`Unknown` when the call may have
+    /// reached a receiver that does not deduplicate), releasing the lease. Only the
     /// lease holder records: a twin whose lease ran out can never overwrite a `SENT`.
     #[tracing::instrument(skip_all, fields(action_id, status = status.as_str()))]
     pub async fn record_action(
@@ -166,12 +197,8 @@ impl ServicingStore {
         detail: &str,
     ) -> Result<(), StoreError> {
         let (_, now_millis) = now_epoch();
-        // Settled (`SENT`, `REJECTED`): out of the open index; `PENDING` again stays in it.
-        let settles = if status == ActionStatus::Pending {
-            ""
-        } else {
-            SETTLES
-        };
+        // Settled (`SENT`, `REJECTED`): out of the open index; `PENDING` or `UNKNOWN` stay in it.
+        let settles = if status.settled() { SETTLES } else { "" };
         let result = self
             .client
             .update_item()

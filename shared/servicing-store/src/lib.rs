@@ -37,7 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::Client;
 
-pub use actions::{ActionIntent, ActionRecord, ActionStatus};
+pub use actions::{ActionIntent, ActionRecord, ActionStatus, Lease};
 pub use combine::{MAX_TRANSACTION_ITEMS, Participant};
 pub use commit::{Commit, CommitOutcome, Effect, LoanWrite, Transaction, UnitOfWork};
 pub use errors::{StoreError, classify};

@@ -29,7 +29,7 @@ pub const OPEN_SHARDS: u8 = 16;
 pub enum OpenKind {
     /// A loan item holding parked facts (key: the account id).
     Parked,
-    /// A collections action not settled (`PENDING`, `SENDING`; key: the action id).
+    /// A collections action not settled (`PENDING`, `SENDING`, `UNKNOWN`; key: the action id).
     Action,
     /// An API payment answered 202 and not yet confirmed applied (key: the operation id).
     Accepted,

@@ -43,6 +43,7 @@ pub enum ActionStatusArg {
     Sent,
     Rejected,
     Superseded,
+    Unknown,
 }
 
 impl ActionStatusArg {
@@ -53,11 +54,15 @@ impl ActionStatusArg {
             ActionStatusArg::Sent => "SENT",
             ActionStatusArg::Rejected => "REJECTED",
             ActionStatusArg::Superseded => "SUPERSEDED",
+            ActionStatusArg::Unknown => "UNKNOWN",
         }
     }
 
     fn settled(self) -> bool {
-        !matches!(self, ActionStatusArg::Pending | ActionStatusArg::Sending)
+        !matches!(
+            self,
+            ActionStatusArg::Pending | ActionStatusArg::Sending | ActionStatusArg::Unknown
+        )
     }
 }
 
