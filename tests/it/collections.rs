@@ -1048,3 +1048,224 @@ async fn when_a_later_change_is_recorded_between_the_read_and_the_commit_should_
         ("evt_c", 2_000, "CURRENT")
     );
 }
+
+/// A receiver that takes only authenticated calls: `check` says whether a request's
+/// credentials are good; a call without good ones is answered 401 and is no notice.
+#[derive(Clone)]
+struct GuardedReceiver {
+    check: Arc<dyn Fn(&wiremock::Request) -> bool + Send + Sync>,
+    answers: Arc<Mutex<Vec<u16>>>,
+}
+
+impl wiremock::Respond for GuardedReceiver {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let status = if (self.check)(request) { 200 } else { 401 };
+        self.answers.lock().expect("answers").push(status);
+        wiremock::ResponseTemplate::new(status)
+    }
+}
+
+impl GuardedReceiver {
+    async fn start(&self) -> wiremock::MockServer {
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::any())
+            .respond_with(self.clone())
+            .mount(&server)
+            .await;
+        server
+    }
+
+    fn answers(&self) -> Vec<u16> {
+        self.answers.lock().expect("answers").clone()
+    }
+}
+
+fn header<'a>(request: &'a wiremock::Request, name: &str) -> &'a str {
+    request
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
+/// Issue 32: the notifier sent no credentials at all. A bearer token from Secrets Manager,
+/// rotated there: the warm notifier's cached token is refused once, read again, accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_the_receiver_wants_a_bearer_token_should_send_the_secrets_current_value() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let secrets = aws_sdk_secretsmanager::Client::new(&config);
+    let name = format!("receiver-token-{}", std::process::id());
+    let arn = secrets
+        .create_secret()
+        .name(&name)
+        .secret_string("token-one")
+        .send()
+        .await
+        .expect("secret")
+        .arn()
+        .expect("arn")
+        .to_owned();
+    let accepted = Arc::new(Mutex::new("token-one".to_owned()));
+    let wanted = accepted.clone();
+    let receiver = GuardedReceiver {
+        check: Arc::new(move |r| {
+            header(r, "authorization") == format!("Bearer {}", wanted.lock().expect("token"))
+        }),
+        answers: Arc::default(),
+    };
+    let server = receiver.start().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let token = collections::auth::SecretToken::new(secrets.clone(), &arn);
+    let notifier = Notifier::new(&server.uri(), Duration::from_secs(2))
+        .expect("notifier")
+        .with_auth(collections::auth::Auth::Bearer(Arc::new(token)));
+    let handler = CollectionsHandler::new(servicing.store(CONSUMER), notifier.clone());
+    let first = deliver(&handler, "m1", entering_30(&envelopes)).await;
+    assert!(
+        matches!(first, MessageResult::Handled { action: SENT_NOW }),
+        "{first:?}"
+    );
+    assert_eq!(receiver.answers(), [200]);
+    // Rotated: the receiver now takes only the new value; the warm notifier still holds the
+    // old one: refused (401: no notice, retried), read again, accepted.
+    secrets
+        .put_secret_value()
+        .secret_id(&arn)
+        .secret_string("token-two")
+        .send()
+        .await
+        .expect("rotated");
+    *accepted.lock().expect("token") = "token-two".into();
+    let payload = json!({"notice": "after rotation"});
+    assert!(matches!(
+        notifier
+            .send("collections_notification:rotated", &payload)
+            .await,
+        collections::Delivery::Failed {
+            status: Some(401),
+            maybe_delivered: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        notifier
+            .send("collections_notification:rotated", &payload)
+            .await,
+        collections::Delivery::Accepted { status: 200 }
+    ));
+    assert_eq!(receiver.answers(), [200, 401, 200]);
+}
+
+/// SigV4 with the function's credentials: the receiver recomputes the signature over what it
+/// received (method, URL, the signed headers, the body) and accepts only a match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_the_receiver_is_behind_iam_should_sign_every_call_with_sigv4() {
+    let credentials =
+        aws_credential_types::Credentials::new("AKIDEXAMPLE", "secret-key", None, None, "test");
+    let verify = credentials.clone();
+    let receiver = GuardedReceiver {
+        check: Arc::new(move |r| signature_matches(r, &verify)),
+        answers: Arc::default(),
+    };
+    let server = receiver.start().await;
+    let servicing = Servicing::new(Engine::DynamoDbLocal).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let notifier = Notifier::new(&format!("{}/notify", server.uri()), Duration::from_secs(2))
+        .expect("notifier")
+        .without_deduplication(&format!("{}/status", server.uri()))
+        .expect("status")
+        .with_auth(collections::auth::Auth::SigV4 {
+            credentials: aws_credential_types::provider::SharedCredentialsProvider::new(
+                credentials,
+            ),
+            region: "eu-west-1".into(),
+            service: "execute-api".into(),
+        });
+    let handler = CollectionsHandler::new(servicing.store(CONSUMER), notifier.clone());
+    let first = deliver(&handler, "m1", entering_30(&envelopes)).await;
+    assert!(
+        matches!(first, MessageResult::Handled { action: SENT_NOW }),
+        "{first:?}"
+    );
+    // The status question is signed too.
+    assert_eq!(
+        notifier.status("collections_notification:x").await,
+        collections::Status::Delivered
+    );
+    assert_eq!(receiver.answers(), [200, 200]);
+    // A forged signature is refused: the check is real.
+    let forged =
+        aws_credential_types::Credentials::new("AKIDEXAMPLE", "another-key", None, None, "test");
+    let imposter = Notifier::new(&format!("{}/notify", server.uri()), Duration::from_secs(2))
+        .expect("notifier")
+        .with_auth(collections::auth::Auth::SigV4 {
+            credentials: aws_credential_types::provider::SharedCredentialsProvider::new(forged),
+            region: "eu-west-1".into(),
+            service: "execute-api".into(),
+        });
+    assert!(matches!(
+        imposter
+            .send("collections_notification:y", &json!({}))
+            .await,
+        collections::Delivery::Failed {
+            status: Some(401),
+            ..
+        }
+    ));
+}
+
+/// Whether `request` carries the SigV4 signature `credentials` make over what it received.
+fn signature_matches(
+    request: &wiremock::Request,
+    credentials: &aws_credential_types::Credentials,
+) -> bool {
+    let authorization = header(request, "authorization");
+    let Some(signed) = authorization
+        .split(", ")
+        .find_map(|part| part.strip_prefix("SignedHeaders="))
+    else {
+        return false;
+    };
+    let Ok(at) =
+        chrono::NaiveDateTime::parse_from_str(header(request, "x-amz-date"), "%Y%m%dT%H%M%SZ")
+    else {
+        return false;
+    };
+    let headers: Vec<(&str, &str)> = signed
+        .split(';')
+        .filter(|name| *name != "host")
+        .map(|name| (name, header(request, name)))
+        .collect();
+    let identity = credentials.clone().into();
+    let Ok(params) = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region("eu-west-1")
+        .name("execute-api")
+        .time(at.and_utc().into())
+        .settings(aws_sigv4::http_request::SigningSettings::default())
+        .build()
+    else {
+        return false;
+    };
+    let params = params.into();
+    let Ok(signable) = aws_sigv4::http_request::SignableRequest::new(
+        request.method.as_str(),
+        request.url.to_string(),
+        headers.into_iter(),
+        aws_sigv4::http_request::SignableBody::Bytes(&request.body),
+    ) else {
+        return false;
+    };
+    let Ok(output) = aws_sigv4::http_request::sign(signable, &params) else {
+        return false;
+    };
+    let (instructions, _) = output.into_parts();
+    let mut expected = http::Request::new(());
+    instructions.apply_to_request_http1x(&mut expected);
+    expected
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        == Some(authorization)
+}

@@ -24,6 +24,23 @@ pub struct Config {
     /// <url>/<actionId>` answers 200 when it has it, 404 when not); required when the receiver
     /// does not deduplicate.
     pub status_url: Option<String>,
+    /// How calls are authenticated (`NOTIFICATION_AUTH`: `none`, `sigv4`, `bearer`).
+    pub auth: NotificationAuth,
+}
+
+/// `NOTIFICATION_AUTH` and what it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotificationAuth {
+    None,
+    /// Signed with the role's credentials for `service` (`NOTIFICATION_SIGV4_SERVICE`, default
+    /// `execute-api`; `lambda` for a function URL).
+    SigV4 {
+        service: String,
+    },
+    /// The value of the Secrets Manager secret `NOTIFICATION_SECRET_ARN` as a bearer token.
+    Bearer {
+        secret_id: String,
+    },
 }
 
 impl FromSettings for Config {
@@ -33,11 +50,30 @@ impl FromSettings for Config {
         if !receiver_deduplicates && status_url.is_none() {
             return Err(ConfigError::Missing("NOTIFICATION_STATUS_URL"));
         }
+        let auth = match settings.optional("NOTIFICATION_AUTH").as_deref() {
+            None | Some("none") => NotificationAuth::None,
+            Some("sigv4") => NotificationAuth::SigV4 {
+                service: settings
+                    .optional("NOTIFICATION_SIGV4_SERVICE")
+                    .unwrap_or_else(|| "execute-api".into()),
+            },
+            Some("bearer") => NotificationAuth::Bearer {
+                secret_id: settings.required("NOTIFICATION_SECRET_ARN")?,
+            },
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    name: "NOTIFICATION_AUTH",
+                    rule: "none, sigv4 or bearer".into(),
+                    value: other.to_owned(),
+                });
+            }
+        };
         Ok(Self {
             table: settings.required("TABLE_NAME")?,
             notification_url: settings.required("NOTIFICATION_URL")?,
             receiver_deduplicates,
             status_url,
+            auth,
         })
     }
 }

@@ -30,6 +30,7 @@
 //! `message`; an action's execution under its lease in `action`; the call itself in `notifier`.
 
 mod action;
+pub mod auth;
 mod change;
 mod config;
 mod decisions;
@@ -41,8 +42,8 @@ use futures_util::StreamExt;
 use servicing_store::{ActionStatus, ServicingStore};
 use servicing_telemetry::DecisionRecord;
 
-pub use config::{CALL_TIMEOUT, Config};
-pub use notifier::{Delivery, Notifier};
+pub use config::{CALL_TIMEOUT, Config, NotificationAuth};
+pub use notifier::{Delivery, Notifier, Status};
 pub use servicing_settings::{ConfigError, FromSettings};
 
 pub const CONSUMER: &str = "collections";

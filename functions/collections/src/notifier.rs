@@ -9,6 +9,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
+use crate::auth::Auth;
+
 /// How a call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
@@ -47,6 +49,8 @@ pub struct Notifier {
     /// `None`: the receiver deduplicates on `Idempotency-Key`. Else where it says whether it
     /// has an action (`GET <url>/<actionId>`), asked before any call that could repeat one.
     status_url: Option<String>,
+    /// How the receiver knows the call is ours (on every call, status questions included).
+    auth: Auth,
 }
 
 impl Notifier {
@@ -69,7 +73,14 @@ impl Notifier {
             client: Client::builder(TokioExecutor::new()).build(https),
             timeout,
             status_url: None,
+            auth: Auth::None,
         })
+    }
+
+    /// Authenticates every call with `auth`.
+    pub fn with_auth(mut self, auth: Auth) -> Self {
+        self.auth = auth;
+        self
     }
 
     /// For a receiver that does not deduplicate: `status_url` (absolute http(s)) answers `GET
@@ -99,18 +110,25 @@ impl Notifier {
         };
         let request = http::Request::get(format!("{base}/{}", path_segment(action_id)))
             .body(Full::new(Bytes::new()));
-        let request = match request {
+        let mut request = match request {
             Ok(request) => request,
             Err(e) => return Status::Unanswered(format!("cannot build the status request: {e}")),
         };
+        if let Err(reason) = self.auth.apply(&mut request, &[]).await {
+            return Status::Unanswered(reason);
+        }
         match tokio::time::timeout(self.timeout, self.client.request(request)).await {
             Err(_) => Status::Unanswered(format!("no status within {:?}", self.timeout)),
             Ok(Err(e)) => Status::Unanswered(format!("status call failed: {e}")),
-            Ok(Ok(response)) => match response.status().as_u16() {
-                200 => Status::Delivered,
-                404 => Status::NotDelivered,
-                other => Status::Unanswered(format!("status answered HTTP {other}")),
-            },
+            Ok(Ok(response)) => {
+                let status = response.status().as_u16();
+                self.auth.answered(status).await;
+                match status {
+                    200 => Status::Delivered,
+                    404 => Status::NotDelivered,
+                    other => Status::Unanswered(format!("status answered HTTP {other}")),
+                }
+            }
         }
     }
 
@@ -120,11 +138,12 @@ impl Notifier {
     }
 
     pub async fn send(&self, action_id: &str, payload: &Value) -> Delivery {
+        let body = Bytes::from(payload.to_string());
         let request = http::Request::post(self.url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .header("Idempotency-Key", action_id)
-            .body(Full::new(Bytes::from(payload.to_string())));
-        let request = match request {
+            .body(Full::new(body.clone()));
+        let mut request = match request {
             Ok(request) => request,
             Err(e) => {
                 return Delivery::Rejected {
@@ -133,6 +152,15 @@ impl Notifier {
                 };
             }
         };
+        // No credentials, no call: retried (a secret unreadable for a moment is not a notice
+        // to drop).
+        if let Err(reason) = self.auth.apply(&mut request, &body).await {
+            return Delivery::Failed {
+                status: None,
+                reason,
+                maybe_delivered: false,
+            };
+        }
         let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await
         {
             Err(_) => {
@@ -153,6 +181,7 @@ impl Notifier {
             Ok(Ok(response)) => response,
         };
         let status = response.status().as_u16();
+        self.auth.answered(status).await;
         // The body only serves the recorded reason (kept for years): its first bytes, read no
         // further, whatever the receiver sends.
         let body = tokio::time::timeout(self.timeout, first_bytes(response.into_body()))

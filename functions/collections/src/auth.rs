@@ -1,0 +1,170 @@
+//! How the notification receiver knows a call is ours, chosen per destination in the template
+//! (`NotificationAuth`): nothing (a receiver inside the network boundary, the local one), AWS
+//! Signature V4 with the function's role (a receiver behind API Gateway's IAM authorizer or a
+//! Lambda function URL), or a bearer token kept in Secrets Manager and rotated there without a
+//! redeploy. No credential is ever logged or recorded.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use bytes::Bytes;
+use http_body_util::Full;
+use tokio::sync::Mutex;
+
+/// How long a secret's value is used before it is read again (a rotation reaches every warm
+/// instance within this, or at its receiver's first 401/403).
+const SECRET_REUSE: Duration = Duration::from_secs(300);
+
+#[derive(Clone)]
+pub enum Auth {
+    None,
+    /// Signed for `service` (`execute-api`, `lambda`) in `region` with the role's credentials.
+    SigV4 {
+        credentials: SharedCredentialsProvider,
+        region: String,
+        service: String,
+    },
+    /// `Authorization: Bearer <the secret's current value>`.
+    Bearer(Arc<SecretToken>),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::None => f.write_str("Auth::None"),
+            Auth::SigV4 {
+                region, service, ..
+            } => write!(f, "Auth::SigV4({service}, {region})"),
+            Auth::Bearer(token) => write!(f, "Auth::Bearer({})", token.secret_id),
+        }
+    }
+}
+
+/// A Secrets Manager secret's value, read when first needed and again after [`SECRET_REUSE`]
+/// or after the receiver refused it.
+pub struct SecretToken {
+    client: aws_sdk_secretsmanager::Client,
+    secret_id: String,
+    cached: Mutex<Option<(String, Instant)>>,
+}
+
+impl std::fmt::Debug for SecretToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the value.
+        write!(f, "SecretToken({})", self.secret_id)
+    }
+}
+
+impl SecretToken {
+    pub fn new(client: aws_sdk_secretsmanager::Client, secret_id: &str) -> Self {
+        Self {
+            client,
+            secret_id: secret_id.to_owned(),
+            cached: Mutex::new(None),
+        }
+    }
+
+    async fn value(&self) -> Result<String, String> {
+        let mut cached = self.cached.lock().await;
+        if let Some((value, read)) = cached.as_ref()
+            && read.elapsed() < SECRET_REUSE
+        {
+            return Ok(value.clone());
+        }
+        let answer = self
+            .client
+            .get_secret_value()
+            .secret_id(&self.secret_id)
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot read the receiver's token ({}): {}",
+                    self.secret_id,
+                    aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
+                )
+            })?;
+        let value = answer
+            .secret_string()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("the secret {} holds no string", self.secret_id))?
+            .to_owned();
+        *cached = Some((value.clone(), Instant::now()));
+        Ok(value)
+    }
+
+    /// The receiver refused the value: read it again next time (it may have been rotated).
+    async fn forget(&self) {
+        *self.cached.lock().await = None;
+    }
+}
+
+impl Auth {
+    /// Adds the credentials to `request` (its body is `body`). An error is a call not made.
+    pub(crate) async fn apply(
+        &self,
+        request: &mut http::Request<Full<Bytes>>,
+        body: &[u8],
+    ) -> Result<(), String> {
+        match self {
+            Auth::None => Ok(()),
+            Auth::Bearer(token) => {
+                let value =
+                    http::HeaderValue::from_str(&format!("Bearer {}", token.value().await?))
+                        .map_err(|_| {
+                            "the receiver's token is not a valid header value".to_owned()
+                        })?;
+                request
+                    .headers_mut()
+                    .insert(http::header::AUTHORIZATION, value);
+                Ok(())
+            }
+            Auth::SigV4 {
+                credentials,
+                region,
+                service,
+            } => {
+                let credentials = credentials
+                    .provide_credentials()
+                    .await
+                    .map_err(|e| format!("no credentials to sign with: {e}"))?;
+                let identity = credentials.into();
+                let params = aws_sigv4::sign::v4::SigningParams::builder()
+                    .identity(&identity)
+                    .region(region)
+                    .name(service)
+                    .time(SystemTime::now())
+                    .settings(aws_sigv4::http_request::SigningSettings::default())
+                    .build()
+                    .map_err(|e| format!("cannot sign: {e}"))?
+                    .into();
+                let headers: Vec<(&str, &str)> = request
+                    .headers()
+                    .iter()
+                    .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+                    .collect();
+                let uri = request.uri().to_string();
+                let signable = aws_sigv4::http_request::SignableRequest::new(
+                    request.method().as_str(),
+                    uri,
+                    headers.into_iter(),
+                    aws_sigv4::http_request::SignableBody::Bytes(body),
+                )
+                .map_err(|e| format!("cannot sign: {e}"))?;
+                let (instructions, _) = aws_sigv4::http_request::sign(signable, &params)
+                    .map_err(|e| format!("cannot sign: {e}"))?
+                    .into_parts();
+                instructions.apply_to_request_http1x(request);
+                Ok(())
+            }
+        }
+    }
+
+    /// The receiver answered `status`: a refused bearer token is read again next time.
+    pub(crate) async fn answered(&self, status: u16) {
+        if let (Auth::Bearer(token), 401 | 403) = (self, status) {
+            token.forget().await;
+        }
+    }
+}
