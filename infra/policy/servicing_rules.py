@@ -1521,34 +1521,6 @@ class SystemLogsKeepReports(ServicingRule):
         return out
 
 
-class ApplicationLogsKeepDecisionRecords(ServicingRule):
-    id = "E9136"
-    shortdesc = "No function's application log level can drop decision records (INFO lines)"
-    description = (
-        "Issue #32 made the log level a parameter. Decision records, the evidence archive's input, "
-        "are INFO lines: an ApplicationLogLevel of WARN, ERROR or FATAL (literal, or a parameter that "
-        "allows one) makes Lambda drop them and the archive silently stops. The emulators ignore the "
-        "level; AWS applies it."
-    )
-
-    def match(self, cfn):
-        out = []
-        params = (cfn.template.get("Parameters") or {})
-        fns = list(functions(cfn)) + list(resources(cfn, "AWS::Lambda::Function"))
-        for name, fn in fns:
-            level = (props(fn).get("LoggingConfig") or {}).get("ApplicationLogLevel")
-            if level is None:
-                continue
-            ref = level.get("Ref") if isinstance(level, dict) else None
-            allowed = [str(v).upper() for v in (params.get(ref, {}).get("AllowedValues") or ["(any)"])] if ref else [str(level).upper()]
-            dropping = [v for v in allowed if v not in ("TRACE", "DEBUG", "INFO")]
-            if dropping:
-                out.append(self.problem(["Resources", name, "Properties", "LoggingConfig", "ApplicationLogLevel"], (
-                    f"{name}'s ApplicationLogLevel may be {', '.join(dropping)}: its decision records (INFO) would be dropped"
-                )))
-        return out
-
-
 def runbook_anchors():
     """The anchors docs/runbook.md defines (GitHub's heading slugs and explicit <a id/name>), or
     None while it does not exist."""

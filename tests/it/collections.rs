@@ -402,6 +402,11 @@ async fn when_delinquency_is_delivered_5_times_should_notify_once(engine: Engine
         "exactly one call, keyed by the actionId"
     );
     let (_, body) = receiver.calls.lock().expect("calls")[0].clone();
+    // The published contract of the body (docs/schemas/).
+    let schema = integration_tests::schema::load("schemas/collections-notification.schema.json");
+    let problems = integration_tests::schema::violations(&schema, &body);
+    assert!(problems.is_empty(), "{problems:?}: {body:#}");
+    assert_eq!(body["actionId"].as_str(), Some(action_id.as_str()));
     assert_eq!(
         (
             body["accountId"].as_str(),
