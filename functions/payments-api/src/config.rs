@@ -20,6 +20,9 @@ pub struct Config {
     /// (`MAX_EVENT_TIME_SKEW_SECONDS`, 0..=2592000, default 86400 = 24 h): account-state's
     /// setting, so the API never accepts what the consumer would quarantine.
     pub max_event_time_skew: Duration,
+    /// The base of the problem `type` URIs (`PROBLEM_TYPE_BASE_URL`, https; default
+    /// `problem::DEFAULT_TYPE_BASE`).
+    pub problem_type_base: Option<String>,
 }
 
 impl FromSettings for Config {
@@ -33,6 +36,16 @@ impl FromSettings for Config {
                 servicing_domain::DEFAULT_MAX_EVENT_TIME_SKEW.as_secs(),
                 0..=30 * 86_400,
             )?),
+            problem_type_base: match settings.optional("PROBLEM_TYPE_BASE_URL") {
+                Some(url) if !url.starts_with("https://") => {
+                    return Err(ConfigError::Invalid {
+                        name: "PROBLEM_TYPE_BASE_URL",
+                        rule: "an https URL".into(),
+                        value: url,
+                    });
+                }
+                other => other,
+            },
         })
     }
 }

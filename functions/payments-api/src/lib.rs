@@ -25,7 +25,7 @@ mod config;
 mod decisions;
 mod loans;
 mod post_payment;
-mod problem;
+pub mod problem;
 pub mod responses;
 mod status;
 

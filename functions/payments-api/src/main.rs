@@ -13,6 +13,9 @@ async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
 
     let config = Config::from_env()?;
+    if let Some(base) = &config.problem_type_base {
+        payments_api::problem::set_type_base(base);
+    }
     let sdk = aws_setup::load().await;
     let store = ServicingStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.store_config());
     let api = PaymentsApi::with_config(store, &config);

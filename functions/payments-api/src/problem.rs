@@ -10,8 +10,26 @@ use serde_json::json;
 
 use crate::command::FieldError;
 
-/// Where the problem types are documented.
-pub const TYPE_BASE: &str = "https://docs.loan-servicing.example/problems/";
+/// Where the problem types are documented, unless the deployment says (`PROBLEM_TYPE_BASE_URL`,
+/// template `ProblemTypeBaseUrl`: the adopter's own documentation).
+pub const DEFAULT_TYPE_BASE: &str = "https://docs.loan-servicing.example/problems/";
+
+static TYPE_BASE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the `type` URIs' base once, at the cold start (a trailing `/` is added when missing);
+/// later calls change nothing.
+pub fn set_type_base(base: &str) {
+    let base = if base.ends_with('/') {
+        base.to_owned()
+    } else {
+        format!("{base}/")
+    };
+    let _ = TYPE_BASE.set(base);
+}
+
+fn type_base() -> &'static str {
+    TYPE_BASE.get().map_or(DEFAULT_TYPE_BASE, String::as_str)
+}
 
 /// A kind of problem: what a client branches on (its `type`), never its wording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -87,7 +105,7 @@ impl ProblemType {
 
     /// Its `type` URI.
     pub fn uri(self) -> String {
-        format!("{TYPE_BASE}{}", self.slug())
+        format!("{}{}", type_base(), self.slug())
     }
 
     pub fn status(self) -> u16 {
