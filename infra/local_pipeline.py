@@ -102,7 +102,7 @@ def deploy(notification_url: str) -> dict[str, str]:
 class Receiver(http.server.BaseHTTPRequestHandler):
     """The customer-notification endpoint, as a counterparty that does NOT deduplicate: every
     call is a notice to the customer (the run checks no actionId is called twice); `GET
-    .../status/<actionId>` says whether it has one (200) or not (404), which collections asks
+    .../status/<actionId>` says whether it has one (`{"received": true|false}`), which collections asks
     before repeating a call whose outcome it does not know (the stack is deployed with
     NotificationDeduplicates=false)."""
 
@@ -120,8 +120,10 @@ class Receiver(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
         action_id = urllib.parse.unquote(self.path.rsplit("/status/", 1)[-1])
         has = any(k == action_id for k, _ in Receiver.calls)
-        self.send_response(200 if has else 404)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
         self.end_headers()
+        self.wfile.write(json.dumps({"received": has}).encode())
 
     def log_message(self, *args):  # keep the run's output readable
         pass

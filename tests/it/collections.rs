@@ -36,7 +36,7 @@ on_both_engines!(
 /// A receiver that does NOT deduplicate: every call it accepts is a notice to the customer.
 /// `POST /notify` answers from `plan` (status, delay in ms; then 200 at once); a call answered
 /// 2xx is a notice even when its answer arrives too late. `GET /status/<actionId>` answers
-/// from `status_plan`, then 200 when it holds a notice for the action, 404 when not.
+/// from `status_plan`, then 200 `{"received": <whether it holds a notice for the action>}`.
 #[derive(Clone, Default)]
 struct PlainReceiver {
     calls: Arc<Mutex<Vec<String>>>,
@@ -55,9 +55,12 @@ impl wiremock::Respond for PlainReceiver {
                 .trim_start_matches("/status/")
                 .replace("%20", " ");
             self.asked.lock().expect("asked").push(id.clone());
-            let status = self.status_plan.lock().expect("plan").pop_front();
             let has = self.notices.lock().expect("notices").contains(&id);
-            return wiremock::ResponseTemplate::new(status.unwrap_or(if has { 200 } else { 404 }));
+            return match self.status_plan.lock().expect("plan").pop_front() {
+                Some(status) => wiremock::ResponseTemplate::new(status),
+                None => wiremock::ResponseTemplate::new(200)
+                    .set_body_json(serde_json::json!({"received": has})),
+            };
         }
         let key = request
             .headers
@@ -215,10 +218,11 @@ async fn when_the_receivers_status_does_not_answer_should_not_call(engine: Engin
         .status_plan
         .lock()
         .expect("plan")
-        .extend([500, 503]);
+        .extend([500, 404]);
     let server = receiver.start().await;
     let handler = PlainReceiver::handler(&servicing, &server);
-    // The call (504: unknown), two askings that do not answer, one that says "not there".
+    // The call (504: unknown), two askings that say nothing (a server error, a bare 404: a
+    // wrong path or a gateway's proves nothing), one that says "not received".
     for round in 0..4 {
         let result = deliver(&handler, &format!("m{round}"), envelope).await;
         if round < 3 {
@@ -1066,7 +1070,7 @@ impl wiremock::Respond for GuardedReceiver {
     fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
         let status = if (self.check)(request) { 200 } else { 401 };
         self.answers.lock().expect("answers").push(status);
-        wiremock::ResponseTemplate::new(status)
+        wiremock::ResponseTemplate::new(status).set_body_json(serde_json::json!({"received": true}))
     }
 }
 

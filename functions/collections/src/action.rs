@@ -32,7 +32,8 @@ impl CollectionsHandler {
         if record.status.settled() {
             return settled(record.status);
         }
-        // Long enough for the call and its answer: a twin may take over only after that.
+        // Long enough for the steps before the call (the call itself runs under a lease renewed
+        // right before it): a twin may take over only after that.
         let lease_ms = i64::try_from(self.notifier.timeout().as_millis() * 2).unwrap_or(i64::MAX);
         let lease_id = lease_id();
         let until = servicing_store::epoch_millis().saturating_add(lease_ms + 2_000);
@@ -103,6 +104,18 @@ impl CollectionsHandler {
                 "a later change was recorded before the call: the notification is superseded"
             );
             return settled(ActionStatus::Superseded);
+        }
+        // The call runs under a lease renewed now: a twin can take the action over only after
+        // this call's time is up, however long the steps above took.
+        let until = servicing_store::epoch_millis().saturating_add(lease_ms + 2_000);
+        match self.store.renew_lease(action_id, &lease_id, until).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!(
+                    "the lease on action {action_id} ran out before the call; another delivery has it"
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
         }
         let delivery = self.notifier.send(action_id, &record.payload).await;
         let (status, http, detail) = match &delivery {

@@ -30,12 +30,14 @@ pub enum Delivery {
     },
 }
 
-/// What a receiver's status endpoint says about an action.
+/// What a receiver's status endpoint says about an action: 200 with `{"received": true}` for a
+/// call it has taken in (delivered, or still being processed), `{"received": false}` for one
+/// it never got; anything else says nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Status {
-    /// 200: it has the notification.
+    /// `received: true`.
     Delivered,
-    /// 404: it does not.
+    /// `received: false`.
     NotDelivered,
     /// No answer that says: asked again later, never a call meanwhile.
     Unanswered(String),
@@ -84,7 +86,7 @@ impl Notifier {
     }
 
     /// For a receiver that does not deduplicate: `status_url` (absolute http(s)) answers `GET
-    /// <status_url>/<actionId>` with 200 when it has the action, 404 when not.
+    /// <status_url>/<actionId>` as [`Status`] says.
     pub fn without_deduplication(mut self, status_url: &str) -> Result<Self, String> {
         let parsed: http::Uri = status_url
             .parse()
@@ -123,10 +125,22 @@ impl Notifier {
             Ok(Ok(response)) => {
                 let status = response.status().as_u16();
                 self.auth.answered(status).await;
-                match status {
-                    200 => Status::Delivered,
-                    404 => Status::NotDelivered,
-                    other => Status::Unanswered(format!("status answered HTTP {other}")),
+                if status != 200 {
+                    // A bare 404 may be a wrong path or a gateway's: it proves nothing.
+                    return Status::Unanswered(format!("status answered HTTP {status}"));
+                }
+                let body = tokio::time::timeout(self.timeout, first_bytes(response.into_body()))
+                    .await
+                    .unwrap_or_default();
+                match serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(|v| v["received"].as_bool())
+                {
+                    Some(true) => Status::Delivered,
+                    Some(false) => Status::NotDelivered,
+                    None => Status::Unanswered(
+                        "status answered 200 without a boolean `received`".into(),
+                    ),
                 }
             }
         }

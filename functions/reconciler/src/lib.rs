@@ -161,7 +161,8 @@ pub async fn run_at(
     .await?;
     problems.extend(money.unreadable.iter().cloned());
     // Applied API payments leave the open index: tomorrow's run reads only what is still open.
-    let confirmed = servicing_ops::money::confirm_applied(store, &money).await?;
+    let (confirmed, unconfirmed) = servicing_ops::money::confirm_applied(store, &money).await;
+    problems.extend(unconfirmed);
     let not_applied: Vec<&servicing_ops::money::NotApplied> =
         money.not_applied.iter().filter(|n| !n.in_flight).collect();
     for n in &not_applied {

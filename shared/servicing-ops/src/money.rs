@@ -102,19 +102,25 @@ impl Default for Grace {
 }
 
 /// Takes the accepted API payments `report` found applied out of the open index, so the next
-/// check reads only what is still open (the daily reconciler; `ledgerctl` only reads). Answers
-/// how many were confirmed.
+/// check reads only what is still open (the daily reconciler; `ledgerctl` only reads), 16 at a
+/// time. Answers how many were confirmed and, one line each, those that could not be (they stay
+/// open: the next run confirms them); a failure never stops the run's report.
 pub async fn confirm_applied(
     store: &servicing_store::ServicingStore,
     report: &MoneyReconciliation,
-) -> anyhow::Result<u64> {
-    for key in &report.confirmed {
+) -> (u64, Vec<String>) {
+    let closes = report.confirmed.iter().map(|key| async move {
         store
             .close_open(key.clone())
             .await
-            .map_err(|e| anyhow::anyhow!("cannot confirm {} as applied: {e}", key.0))?;
-    }
-    Ok(report.confirmed.len() as u64)
+            .map_err(|e| format!("cannot confirm {} as applied (stays open): {e}", key.0))
+    });
+    let outcomes: Vec<Result<(), String>> = futures_util::StreamExt::collect(
+        futures_util::StreamExt::buffer_unordered(futures_util::stream::iter(closes), 16),
+    )
+    .await;
+    let problems: Vec<String> = outcomes.into_iter().filter_map(Result::err).collect();
+    ((report.confirmed.len() - problems.len()) as u64, problems)
 }
 
 /// A provider's settlement total for one source, date and currency.
@@ -126,7 +132,8 @@ pub struct Settlement {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MoneyReconciliation {
-    /// Accepted API payments checked: the ones not yet confirmed applied (the open index).
+    /// Accepted API payments checked: the ones not yet confirmed applied (the open index; a
+    /// payment leaves it once the daily run has seen it applied).
     pub accepted: u64,
     /// The keys of the idempotency records found applied, which [`confirm_applied`] takes out
     /// of the open index (the daily reconciler does; an operator's check only reads).
@@ -157,7 +164,7 @@ impl MoneyReconciliation {
 
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "API payments accepted: {}, not applied: {} ({} still in flight)",
+            "API payments accepted and not yet confirmed applied: {}, not applied: {} ({} still in flight)",
             self.accepted,
             self.not_applied.len(),
             self.not_applied.iter().filter(|n| n.in_flight).count()

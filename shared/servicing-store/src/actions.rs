@@ -183,6 +183,39 @@ impl ServicingStore {
         }
     }
 
+    /// Renews this holder's lease until `until_ms`, right before the call: `false` when the
+    /// lease is no longer this holder's (it ran out and a twin took it over) — then it must not
+    /// call. What happened before the call (the status question, reads, credentials) may have
+    /// taken any time; only the call itself runs under a lease known to be live.
+    #[tracing::instrument(skip_all, fields(action_id))]
+    pub async fn renew_lease(
+        &self,
+        action_id: &str,
+        lease_id: &str,
+        until_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::action_key(action_id))))
+            .update_expression("SET leaseUntil = :until")
+            .condition_expression("#status = :sending AND leaseId = :lease")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":sending", s(ActionStatus::Sending.as_str()))
+            .expression_attribute_values(":lease", s(lease_id))
+            .expression_attribute_values(":until", n(until_ms))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => match e.into_service_error() {
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => Ok(false),
+                other => Err(classify_service(other)),
+            },
+        }
+    }
+
     /// Records one execution attempt under the lease: the final status (`Sent`/`Rejected`), or
     /// `Pending` again with the error of a transient failure (`Unknown` when the call may have
     /// reached a receiver that does not deduplicate), releasing the lease. Only the

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use servicing_domain::outbox::detail_types;
-use servicing_domain::{SourceRef, StoredAllocation};
+use servicing_domain::{Fingerprint, ServicingEvent, SourceRef, StoredAllocation};
 use servicing_store::items;
 use servicing_store::open::OpenKind;
 use servicing_store::schema::{self, ActionItem, ClaimRecord, IdempotencyRecord, OutboxEvent};
@@ -73,9 +73,22 @@ pub async fn reconcile_money(
         };
         accepted.push((record, fact, detail));
     }
-    let keys = accepted
-        .iter()
-        .map(|(_, fact, _)| items::key_item(items::claim_key("account-state", fact)))
+    // Each fact once (a BatchGetItem refuses a key twice); a record naming no fact is unreadable.
+    accepted.retain(|(record, fact, _)| {
+        let named = !fact.system.is_empty() && !fact.event_id.is_empty();
+        if !named {
+            report.unreadable_item(format!(
+                "accepted command {} names no fact",
+                record.idempotency_key
+            ));
+        }
+        named
+    });
+    let wanted: std::collections::BTreeSet<&SourceRef> =
+        accepted.iter().map(|(_, fact, _)| fact).collect();
+    let keys = wanted
+        .into_iter()
+        .map(|fact| items::key_item(items::claim_key("account-state", fact)))
         .collect();
     let mut facts: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
     for item in crate::batch_get(client, table, keys).await? {
@@ -88,10 +101,19 @@ pub async fn reconcile_money(
     }
     for (record, fact, detail) in accepted {
         report.accepted += 1;
+        // Applied, and applied with THIS payment's payload: another producer's fact under the
+        // same identity (a collision) is not this payment applied.
+        let ours = |claim: &ClaimRecord| {
+            ServicingEvent::decode(detail.to_string().as_bytes())
+                .is_ok_and(|event| Fingerprint::of(&event).as_str() == claim.fingerprint)
+        };
         let state = match facts.get(&fact) {
-            Some(c) if c.verdict == "APPLIED" => {
+            Some(c) if c.verdict == "APPLIED" && ours(c) => {
                 report.confirmed.push((record.pk, record.sk));
                 continue;
+            }
+            Some(c) if c.verdict == "APPLIED" => {
+                "another payload applied under its identity (a collision: this payment is quarantined)".into()
             }
             Some(c) => c.verdict.clone(),
             None => {
