@@ -20,6 +20,7 @@ on_both_engines!(
     when_parked_facts_expire_should_read_only_the_accounts_holding_them,
     when_actions_are_checked_should_read_only_the_unsettled_ones,
     when_api_payments_are_checked_should_read_only_the_unconfirmed_ones,
+    when_items_predate_the_open_index_should_backfill_them_once,
 );
 
 /// The requests of a recorded run, as `(action, key)`.
@@ -300,5 +301,129 @@ async fn when_api_payments_are_checked_should_read_only_the_unconfirmed_ones(eng
     assert_eq!(
         records_read, 2,
         "{engine:?}: confirmed payments are never read again"
+    );
+}
+
+/// The review of issue #33's change: items written before the open index existed never carry
+/// its keys, and the daily run (which reads only the index) would never see them. The one-off
+/// backfill gives every still-open one its keys; a second run finds none.
+async fn when_items_predate_the_open_index_should_backfill_them_once(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_before_index";
+    open_account(&servicing, a).await;
+    let handler = servicing.handler();
+    process(
+        &handler,
+        &[("rev", reverse(a, "rev-old", "pay-never", 3, 100))],
+    )
+    .await;
+    let api = payments_api::PaymentsApi::new(servicing.store("payments-api"));
+    let accepted = api
+        .handle(post(Some(ALICE), Some("old-key"), &payment(a, 900, "old")))
+        .await;
+    assert_eq!(accepted.status(), 202);
+    let intent = ActionIntent {
+        action_id: "collections_notification:before-index".into(),
+        account_id: servicing_domain::AccountId::parse(a).expect("id"),
+        event_id: "evt-before".into(),
+        payload: serde_json::json!({}),
+    };
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .set_item(Some(
+            servicing_store::items::action_item(&intent, servicing_ops::epoch_seconds())
+                .expect("item"),
+        ))
+        .send()
+        .await
+        .expect("action");
+    // As the code before the index wrote them: without its keys.
+    {
+        let store = servicing.store("account-state");
+        let mut keys = Vec::new();
+        for kind in servicing_store::open::OpenKind::ALL {
+            for entry in store.open(kind).await.expect("index") {
+                keys.push((entry.pk, entry.sk));
+            }
+        }
+        assert_eq!(
+            keys.len(),
+            3,
+            "{engine:?}: one loan, one action, one payment"
+        );
+        for (pk, sk) in &keys {
+            servicing
+                .client
+                .update_item()
+                .table_name(&servicing.table)
+                .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk.clone()))
+                .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(sk.clone()))
+                .update_expression("REMOVE openShard, openSince")
+                .send()
+                .await
+                .expect("stripped");
+        }
+    }
+    let store = servicing.store("account-state");
+    let now = servicing_ops::epoch_seconds() + 3_600;
+    let blind = servicing_ops::parked::expire(&store, now, Duration::from_secs(60))
+        .await
+        .expect("expiry");
+    assert_eq!(
+        blind.missing, 0,
+        "{engine:?}: invisible before the backfill"
+    );
+
+    let dry = servicing_ops::backfill::open_index(&store, true)
+        .await
+        .expect("dry run");
+    assert_eq!(
+        (dry.found, dry.written),
+        ([1, 1, 1], [0, 0, 0]),
+        "{engine:?}"
+    );
+    let done = servicing_ops::backfill::open_index(&store, false)
+        .await
+        .expect("backfill");
+    assert_eq!(
+        (done.found, done.written),
+        ([1, 1, 1], [1, 1, 1]),
+        "{engine:?}"
+    );
+    let again = servicing_ops::backfill::open_index(&store, false)
+        .await
+        .expect("again");
+    assert_eq!(
+        again.found,
+        [0, 0, 0],
+        "{engine:?}: a second run finds nothing"
+    );
+
+    let listed = servicing_ops::actions::list(&store, Listing::Open, None, None)
+        .await
+        .expect("actions");
+    assert_eq!(listed.len(), 1, "{engine:?}");
+    let money = servicing_ops::money::reconcile_money(
+        &servicing.client,
+        &servicing.table,
+        &[],
+        now,
+        servicing_ops::money::Grace::default(),
+    )
+    .await
+    .expect("money");
+    assert_eq!(
+        (money.accepted, money.not_applied.len()),
+        (1, 1),
+        "{engine:?}"
+    );
+    let expiry = servicing_ops::parked::expire(&store, now, Duration::from_secs(60))
+        .await
+        .expect("expiry");
+    assert_eq!(
+        expiry.missing, 1,
+        "{engine:?}: the parked reversal is seen and expired"
     );
 }

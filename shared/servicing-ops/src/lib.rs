@@ -7,6 +7,7 @@
 //! still read every item say so (`scan_types`): they are for audits, never for a hot path.
 
 pub mod actions;
+pub mod backfill;
 pub mod dlq;
 pub mod incident;
 pub mod money;

@@ -138,3 +138,53 @@ impl ServicingStore {
         Ok(entries)
     }
 }
+
+impl ServicingStore {
+    /// Gives an item written before the open index existed its index keys (a one-off
+    /// backfill): `kind`'s shard of `shard_key`, open since `since`, only while the item is
+    /// still open as `kind` says and has no keys yet. `false`: it closed meanwhile, or has them.
+    pub async fn backfill_open(
+        &self,
+        key: (String, String),
+        kind: OpenKind,
+        shard_key: &str,
+        since: i64,
+    ) -> Result<bool, StoreError> {
+        let [(_, shard), (_, since)] = kind.attributes(shard_key, since);
+        let request = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(key)))
+            .update_expression("SET #shard = :shard, #since = :since")
+            .expression_attribute_names("#shard", OPEN_SHARD)
+            .expression_attribute_names("#since", OPEN_SINCE)
+            .expression_attribute_values(":shard", shard)
+            .expression_attribute_values(":since", since);
+        let unkeyed = "attribute_exists(pk) AND attribute_not_exists(#shard)";
+        let request = match kind {
+            OpenKind::Parked => request
+                .condition_expression(format!("{unkeyed} AND attribute_exists(#parked)"))
+                .expression_attribute_names("#parked", items::PARKED_FACTS),
+            OpenKind::Action => request
+                .condition_expression(format!(
+                    "{unkeyed} AND #status IN (:pending, :sending, :unknown)"
+                ))
+                .expression_attribute_names("#status", "status")
+                .expression_attribute_values(":pending", s("PENDING"))
+                .expression_attribute_values(":sending", s("SENDING"))
+                .expression_attribute_values(":unknown", s("UNKNOWN")),
+            OpenKind::Accepted => request
+                .condition_expression(format!("{unkeyed} AND #answered = :accepted"))
+                .expression_attribute_names("#answered", "responseStatus")
+                .expression_attribute_values(":accepted", n(202)),
+        };
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => match e.into_service_error() {
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => Ok(false),
+                other => Err(crate::errors::classify_service(other)),
+            },
+        }
+    }
+}

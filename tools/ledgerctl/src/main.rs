@@ -8,7 +8,8 @@
 //! - `state`, `reconcile`, `incident`: what is stored, whether it reconciles, what a window did.
 //! - `parked`, `quarantine`, `actions`, `payment`: look things up (`ops.rs`, `quarantine.rs`,
 //!   `runbook.rs`).
-//! - `send`, `close`, `quarantine redrive`, `dlq redrive`, `outbox republish`: change things;
+//! - `send`, `close`, `quarantine redrive`, `dlq redrive`, `outbox republish`, `open backfill`:
+//!   change things;
 //!   each has `--dry-run`.
 //!
 //! Exit status: 0 when the command did what it says and its invariant holds, 1 when not (or
@@ -84,6 +85,9 @@ enum Command {
     /// Replay a stream to the servicing queue; refuses facts whose claim is missing or expires
     /// before the queue may deliver them (up to 14 days): they could apply twice.
     Send(ops::SendArgs),
+    /// The open index (what the daily run reads): backfill items written before it.
+    #[command(subcommand)]
+    Open(ops::OpenCommand),
     /// Close a business day by hand (the daily aging job's work, for a day the schedule
     /// missed): one BUSINESS_DAY_CLOSED per account in arrears; --dry-run lists them.
     Close(ops::CloseArgs),
@@ -130,6 +134,7 @@ fn main() -> ExitCode {
         Command::Outbox(command) => runbook::outbox(&command, target),
         Command::Send(args) => ops::send(&args, target),
         Command::Close(args) => ops::close(&args, target),
+        Command::Open(command) => ops::open(&command, target),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

@@ -48,6 +48,21 @@ pub enum ParkedCommand {
     },
 }
 
+#[derive(Debug, clap::Subcommand)]
+pub enum OpenCommand {
+    /// Once, after deploying the open index (issue #33): give every item written before it that
+    /// is still open — a loan holding parked facts, an unsettled action, an accepted API
+    /// payment — the index keys the daily run reads by. Reads the whole table (a one-off);
+    /// harmless to repeat. Run it after every function runs the new code.
+    Backfill {
+        /// Count what would be written; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        change: Change,
+    },
+}
+
 /// `send`
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {
@@ -226,6 +241,30 @@ pub fn close(args: &CloseArgs, target: &Target) -> anyhow::Result<bool> {
             }
         }
         println!("{} (by {operator})", close.line());
+        Ok(true)
+    })
+}
+
+pub fn open(command: &OpenCommand, target: &Target) -> anyhow::Result<bool> {
+    let OpenCommand::Backfill { dry_run, change } = command;
+    runtime()?.block_on(async {
+        let target = target.resolve(None).await?;
+        let operator = target.authorize(change, *dry_run).await?;
+        let store = servicing_store::ServicingStore::new(
+            target.dynamodb(),
+            servicing_store::StoreConfig::new(&target.table, "ledgerctl"),
+        );
+        let done = servicing_ops::backfill::open_index(&store, *dry_run).await?;
+        let [loans, actions, accepted] = done.found;
+        let [w_loans, w_actions, w_accepted] = done.written;
+        println!(
+            "open items without index keys: {loans} loans holding parked facts, {actions} unsettled actions, {accepted} accepted API payments; {} (by {operator})",
+            if *dry_run {
+                "dry run: nothing written".to_owned()
+            } else {
+                format!("given their keys: {w_loans}, {w_actions}, {w_accepted}")
+            }
+        );
         Ok(true)
     })
 }
