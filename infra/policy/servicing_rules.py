@@ -1521,6 +1521,39 @@ class SystemLogsKeepReports(ServicingRule):
         return out
 
 
+RELEASED_INDEXES = ROOT / "infra" / "policy" / "released-indexes.json"
+
+
+class OneIndexChangePerRelease(ServicingRule):
+    id = "E9136"
+    shortdesc = "A release creates or deletes at most one GSI per table"
+    description = (
+        "DynamoDB creates or deletes one global secondary index per table update, and "
+        "CloudFormation fails the stack update that asks for more (MiniStack and DynamoDB Local "
+        "do not). Against infra/policy/released-indexes.json (the last release's indexes), a "
+        "table may gain or lose one index; a changed key schema or projection is a deletion and "
+        "a creation."
+    )
+
+    def match(self, cfn):
+        out = []
+        released = json.loads(RELEASED_INDEXES.read_text())
+        for name, table in resources(cfn, "AWS::DynamoDB::Table"):
+            if name not in released:
+                continue
+            shape = lambda g: json.dumps({k: g.get(k) for k in ("IndexName", "KeySchema", "Projection")}, sort_keys=True)
+            now = {shape(g) for g in (props(table).get("GlobalSecondaryIndexes") or [])}
+            before = {shape(g) for g in released[name]}
+            changes = len(now - before) + len(before - now)
+            if changes > 1:
+                names = sorted(json.loads(s)["IndexName"] for s in (now ^ before))
+                out.append(self.problem(["Resources", name, "Properties", "GlobalSecondaryIndexes"], (
+                    f"{name}: {changes} index creations/deletions in one release ({', '.join(names)}); "
+                    "CloudFormation allows one per update: release them one at a time"
+                )))
+        return out
+
+
 def runbook_anchors():
     """The anchors docs/runbook.md defines (GitHub's heading slugs and explicit <a id/name>), or
     None while it does not exist."""
