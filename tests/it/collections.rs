@@ -1243,7 +1243,8 @@ fn signature_matches(
     };
     let headers: Vec<(&str, &str)> = signed
         .split(';')
-        .filter(|name| *name != "host")
+        // What the signer adds itself (from the URI and the signing time).
+        .filter(|name| !matches!(*name, "host" | "x-amz-date"))
         .map(|name| (name, header(request, name)))
         .collect();
     let identity = credentials.clone().into();
@@ -1258,9 +1259,11 @@ fn signature_matches(
         return false;
     };
     let params = params.into();
+    // The URL as the client addressed it (its Host header: the mock's own URL drops the port).
+    let url = format!("http://{}{}", header(request, "host"), request.url.path());
     let Ok(signable) = aws_sigv4::http_request::SignableRequest::new(
         request.method.as_str(),
-        request.url.to_string(),
+        url,
         headers.into_iter(),
         aws_sigv4::http_request::SignableBody::Bytes(&request.body),
     ) else {
@@ -1272,9 +1275,11 @@ fn signature_matches(
     let (instructions, _) = output.into_parts();
     let mut expected = http::Request::new(());
     instructions.apply_to_request_http1x(&mut expected);
-    expected
+    let expected = expected
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        == Some(authorization)
+        .unwrap_or_default()
+        .to_owned();
+    expected == authorization
 }
