@@ -4,7 +4,9 @@
 #                                      (cost per fact: capacity units by AWS's rules and $ per
 #                                      million facts; standard-queue and FIFO batch orders), the
 #                                      payments API (apiload), cold start and binary sizes, the soak
-#                                      (SOAK_MINUTES, default 5), criterion per-event benches
+#                                      (SOAK_MINUTES, default 5), criterion per-event benches, and
+#                                      what the daily jobs read at two sizes of history
+#                                      (RECONCILE_HISTORY, default 200000,2000000)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -24,6 +26,11 @@ for order in interleaved fifo; do
   echo "== end to end (DynamoDB Local), $order batches"
   target/bench-local/loadgen --order "$order" "$@"
 done
+
+echo "== what the daily jobs and listings read as history grows 10x under the same day (DynamoDB Local)"
+cargo build --quiet --locked --profile bench-local -p bench --bin reconcile_load
+# (the payments API's decision records, printed on stdout as in Lambda, are left out)
+target/bench-local/reconcile_load --history "${RECONCILE_HISTORY:-200000,2000000}" | grep -v '^{'
 
 echo "== payments-api (DynamoDB Local)"
 cargo run --quiet --locked --profile bench-local -p bench --bin apiload

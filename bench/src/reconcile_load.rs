@@ -5,8 +5,9 @@
 //! actions (most settled), bad input quarantined — and then `history` closed items, copies of
 //! that day's closed items under new identities and past dates (applied payments' records,
 //! confirmed API records, settled actions, quarantine items of past days, loans). Each job then
-//! runs once through the metered client: requests, read units by AWS's rules (`capacity.rs`)
-//! and seconds, one line each, then the ratio between the sizes.
+//! runs once through the metered client: requests, items read (a scan's every item), read units
+//! by AWS's rules on what came back (`capacity.rs`; a floor for a filtered scan) and seconds,
+//! one line each, then the ratio between the sizes.
 //!
 //!   reconcile_load [--history 200000,2000000]
 
@@ -270,6 +271,9 @@ async fn write_history(servicing: &Servicing, templates: &[Item], items: usize, 
 #[derive(Debug, Clone, Copy)]
 struct Figures {
     requests: u64,
+    /// Items read (a scan's every item, filtered or not).
+    items: u64,
+    /// Read units on what came back (a floor for a filtered scan: AWS bills what it read).
     rcu: f64,
     secs: f64,
 }
@@ -282,9 +286,11 @@ async fn measure<F: std::future::Future<Output = String>>(
     servicing.capacity.reset();
     let started = Instant::now();
     let said = job.await;
+    let capacity = servicing.capacity.total();
     let figures = Figures {
         requests: servicing.requests.total(),
-        rcu: servicing.capacity.total().rcu,
+        items: capacity.items_read,
+        rcu: capacity.rcu,
         secs: started.elapsed().as_secs_f64(),
     };
     (figures, said)
@@ -390,8 +396,8 @@ async fn main() {
         let figures = jobs(&servicing, now).await;
         for (job, f, said) in &figures {
             println!(
-                "  {job:<30} {:>7} requests {:>10.1} RCU {:>8.2} s   {said}",
-                f.requests, f.rcu, f.secs
+                "  {job:<30} {:>6} requests {:>9} items read {:>8.1} RCU {:>8.2} s   {said}",
+                f.requests, f.items, f.rcu, f.secs
             );
         }
         runs.push((*history, figures));
@@ -407,8 +413,9 @@ async fn main() {
         println!("history {large} vs {small} (x{}):", large / small.max(&1));
         for ((job, a, _), (_, b, _)) in first.iter().zip(last) {
             println!(
-                "  {job:<30} requests x{:.2}  RCU x{:.2}  seconds x{:.2}",
+                "  {job:<30} requests x{:.2}  items read x{:.2}  RCU x{:.2}  seconds x{:.2}",
                 b.requests as f64 / a.requests.max(1) as f64,
+                b.items as f64 / a.items.max(1) as f64,
                 b.rcu / a.rcu.max(0.5),
                 b.secs / a.secs.max(0.001)
             );
