@@ -435,6 +435,7 @@ fn scaled(c: &Capacity, by: f64) -> Capacity {
             .iter()
             .map(|(k, v)| (k.clone(), v * by))
             .collect(),
+        ..c.clone()
     }
 }
 
