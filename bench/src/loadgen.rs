@@ -435,7 +435,6 @@ fn scaled(c: &Capacity, by: f64) -> Capacity {
             .iter()
             .map(|(k, v)| (k.clone(), v * by))
             .collect(),
-        ..c.clone()
     }
 }
 

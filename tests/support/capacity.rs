@@ -41,11 +41,6 @@ const INDEX_KEYS: &[&str] = &["arrearsShard", "allocatedTo", "openShard"];
 pub struct Capacity {
     pub wcu: f64,
     pub rcu: f64,
-    /// Items a `Query` or `Scan` read (its `ScannedCount`: a filter does not reduce it), plus
-    /// the items `GetItem`/`BatchGetItem` returned. A scan is billed on the bytes it read, not
-    /// the bytes it returned, so `rcu` (charged on what came back) is a floor for a filtered
-    /// scan; this count is what grows with the table.
-    pub items_read: u64,
     pub wcu_by_item: BTreeMap<String, f64>,
 }
 
@@ -103,7 +98,6 @@ impl Meter {
             "GetItem" => {
                 let factor = read_factor(request);
                 let item = &response["Item"];
-                self.total.items_read += u64::from(item.is_object());
                 self.seen(&table(request), item);
                 self.total.rcu += factor * four_kb(item_size(item));
             }
@@ -114,7 +108,6 @@ impl Meter {
                         .as_array()
                         .cloned()
                         .unwrap_or_default();
-                    self.total.items_read += found.len() as u64;
                     for item in &found {
                         self.seen(name, item);
                         self.total.rcu += factor * four_kb(item_size(item));
@@ -126,9 +119,6 @@ impl Meter {
             }
             "Query" | "Scan" => {
                 let items = response["Items"].as_array().cloned().unwrap_or_default();
-                self.total.items_read += response["ScannedCount"]
-                    .as_u64()
-                    .unwrap_or(items.len() as u64);
                 let bytes: usize = items.iter().map(item_size).sum();
                 // A table's items read whole (an index's are projections): later writes are
                 // billed by the larger of their old and new sizes.

@@ -105,8 +105,11 @@ impl CollectionsHandler {
             );
             return settled(ActionStatus::Superseded);
         }
-        // The call runs under a lease renewed now: a twin can take the action over only after
-        // this call's time is up, however long the steps above took.
+        // Credentials first (a secret read can be slow), then the lease renewed for the call
+        // alone: a twin can take the action over only after this call's time is up.
+        if let Err(reason) = self.notifier.prepare().await {
+            return Err(format!("no credentials for the call, will retry: {reason}"));
+        }
         let until = servicing_store::epoch_millis().saturating_add(lease_ms + 2_000);
         match self.store.renew_lease(action_id, &lease_id, until).await {
             Ok(true) => {}

@@ -161,6 +161,21 @@ impl Auth {
         }
     }
 
+    /// Makes sure the credentials are at hand (a bearer token read, role credentials
+    /// resolved), so that adding them to a call takes no request: done before the lease is
+    /// renewed for the call.
+    pub(crate) async fn prepare(&self) -> Result<(), String> {
+        match self {
+            Auth::None => Ok(()),
+            Auth::Bearer(token) => token.value().await.map(|_| ()),
+            Auth::SigV4 { credentials, .. } => credentials
+                .provide_credentials()
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("no credentials to sign with: {e}")),
+        }
+    }
+
     /// The receiver answered `status`: a refused bearer token is read again next time.
     pub(crate) async fn answered(&self, status: u16) {
         if let (Auth::Bearer(token), 401 | 403) = (self, status) {

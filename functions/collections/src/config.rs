@@ -21,7 +21,7 @@ pub struct Config {
     /// the next one asks the status endpoint first.
     pub receiver_deduplicates: bool,
     /// Where the receiver says whether it has an action (`NOTIFICATION_STATUS_URL`: `GET
-    /// <url>/<actionId>` answers 200 when it has it, 404 when not); required when the receiver
+    /// <url>/<actionId>` answers 200 `{"received": true|false}`); required when the receiver
     /// does not deduplicate.
     pub status_url: Option<String>,
     /// How calls are authenticated (`NOTIFICATION_AUTH`: `none`, `sigv4`, `bearer`).
@@ -33,9 +33,11 @@ pub struct Config {
 pub enum NotificationAuth {
     None,
     /// Signed with the role's credentials for `service` (`NOTIFICATION_SIGV4_SERVICE`, default
-    /// `execute-api`; `lambda` for a function URL).
+    /// `execute-api`; `lambda` for a function URL) in the receiver's `region`
+    /// (`NOTIFICATION_SIGV4_REGION`, from its ARN; default the function's).
     SigV4 {
         service: String,
+        region: Option<String>,
     },
     /// The value of the Secrets Manager secret `NOTIFICATION_SECRET_ARN` as a bearer token.
     Bearer {
@@ -56,6 +58,7 @@ impl FromSettings for Config {
                 service: settings
                     .optional("NOTIFICATION_SIGV4_SERVICE")
                     .unwrap_or_else(|| "execute-api".into()),
+                region: settings.optional("NOTIFICATION_SIGV4_REGION"),
             },
             Some("bearer") => NotificationAuth::Bearer {
                 secret_id: settings.required("NOTIFICATION_SECRET_ARN")?,

@@ -24,11 +24,14 @@ async fn main() -> Result<(), Error> {
     };
     let notifier = notifier.with_auth(match &config.auth {
         NotificationAuth::None => Auth::None,
-        NotificationAuth::SigV4 { service } => Auth::SigV4 {
+        NotificationAuth::SigV4 { service, region } => Auth::SigV4 {
             credentials: sdk
                 .credentials_provider()
                 .ok_or("no credentials to sign the notification calls with")?,
-            region: sdk.region().map(ToString::to_string).unwrap_or_default(),
+            region: region
+                .clone()
+                .or_else(|| sdk.region().map(ToString::to_string))
+                .unwrap_or_default(),
             service: service.clone(),
         },
         NotificationAuth::Bearer { secret_id } => Auth::Bearer(std::sync::Arc::new(

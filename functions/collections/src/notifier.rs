@@ -100,6 +100,13 @@ impl Notifier {
         Ok(self)
     }
 
+    /// Gets the call's credentials at hand (see `Auth::prepare`): before the lease is renewed.
+    pub async fn prepare(&self) -> Result<(), String> {
+        tokio::time::timeout(self.timeout, self.auth.prepare())
+            .await
+            .unwrap_or_else(|_| Err("no credentials in time".into()))
+    }
+
     /// Whether the receiver honours `Idempotency-Key` (a call may simply be repeated).
     pub fn deduplicates(&self) -> bool {
         self.status_url.is_none()
@@ -167,8 +174,11 @@ impl Notifier {
             }
         };
         // No credentials, no call: retried (a secret unreadable for a moment is not a notice
-        // to drop).
-        if let Err(reason) = self.auth.apply(&mut request, &body).await {
+        // to drop). Bounded: the call runs under a lease sized for it.
+        let applied = tokio::time::timeout(self.timeout, self.auth.apply(&mut request, &body))
+            .await
+            .unwrap_or_else(|_| Err("no credentials in time".into()));
+        if let Err(reason) = applied {
             return Delivery::Failed {
                 status: None,
                 reason,

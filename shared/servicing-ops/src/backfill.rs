@@ -70,10 +70,12 @@ pub async fn open_index(store: &ServicingStore, dry_run: bool) -> anyhow::Result
         if !without_keys(&item) {
             continue;
         }
+        let item_confirmed = item.contains_key(servicing_store::open::CONFIRMED_AT);
         let record: IdempotencyRecord = schema::from_item(item)
             .map_err(|e| anyhow::anyhow!("an idempotency record does not decode: {e}"))?;
-        // Every accepted one: the daily run confirms those it finds applied (read once).
-        if record.response_status == 202 {
+        // Every accepted one not confirmed yet: the daily run confirms those it finds applied
+        // (read once).
+        if record.response_status == 202 && !item_confirmed {
             let key = (record.pk.clone(), record.sk.clone());
             open.push((2, key, record.idempotency_key, record.created_at));
         }

@@ -23,6 +23,8 @@ pub const OPEN_SHARD: &str = "openShard";
 pub const OPEN_SINCE: &str = "openSince";
 /// Partitions per kind, so no partition of the index takes every write of a kind.
 pub const OPEN_SHARDS: u8 = 16;
+/// On an accepted API payment's record once the reconciler has seen it applied (epoch s).
+pub const CONFIRMED_AT: &str = "confirmedAt";
 
 /// What is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,10 +85,13 @@ impl ServicingStore {
             .update_item()
             .table_name(&self.config.table)
             .set_key(Some(items::key_item((pk, sk))))
-            .update_expression("REMOVE #shard, #since")
+            // `confirmedAt` says it closed (a backfill never reopens it).
+            .update_expression("REMOVE #shard, #since SET #confirmed = :now")
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_names("#shard", OPEN_SHARD)
             .expression_attribute_names("#since", OPEN_SINCE)
+            .expression_attribute_names("#confirmed", CONFIRMED_AT)
+            .expression_attribute_values(":now", n(crate::now_epoch().0))
             .send()
             .await;
         match result {
@@ -175,8 +180,11 @@ impl ServicingStore {
                 .expression_attribute_values(":sending", s("SENDING"))
                 .expression_attribute_values(":unknown", s("UNKNOWN")),
             OpenKind::Accepted => request
-                .condition_expression(format!("{unkeyed} AND #answered = :accepted"))
+                .condition_expression(format!(
+                    "{unkeyed} AND #answered = :accepted AND attribute_not_exists(#confirmed)"
+                ))
                 .expression_attribute_names("#answered", "responseStatus")
+                .expression_attribute_names("#confirmed", CONFIRMED_AT)
                 .expression_attribute_values(":accepted", n(202)),
         };
         match request.send().await {

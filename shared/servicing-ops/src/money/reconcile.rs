@@ -1,6 +1,8 @@
-//! The one scan pass of the money reconciliation: the facts' records, the API's idempotency
-//! records and the actions, then the parked facts and the provider's totals, into a
-//! `MoneyReconciliation`. Separate from the report's form: this is the part that reads the table.
+//! What the money reconciliation reads, into a `MoneyReconciliation`: the accepted API payments
+//! not yet confirmed and the unsettled actions from the open index (with their facts' records
+//! by key), the parked facts, and — still one scan pass of the facts' records — the totals by
+//! source, currency and date and the suspected duplicates. Separate from the report's form:
+//! this is the part that reads the table.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +21,7 @@ use crate::scan_types;
 
 /// Reconciles the money of `table` at `now` (epoch s): API payments accepted longer than the
 /// grace ago must be applied, actions unsettled past theirs are stuck, ready parked facts must
-/// have been released. One scan pass, plus the loan items that hold parked facts.
+/// have been released. The open index and one scan pass of the facts' records.
 pub async fn reconcile_money(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
