@@ -426,4 +426,31 @@ async fn when_items_predate_the_open_index_should_backfill_them_once(engine: Eng
         expiry.missing, 1,
         "{engine:?}: the parked reversal is seen and expired"
     );
+    // Applied and confirmed by a daily run: a later backfill never reopens it.
+    let event = api_outbox(&servicing).await.remove(0);
+    assert_eq!(
+        process(&handler, &[("api", event.detail)]).await,
+        [MessageResult::Applied]
+    );
+    let money = servicing_ops::money::reconcile_money(
+        &servicing.client,
+        &servicing.table,
+        &[],
+        now,
+        servicing_ops::money::Grace::default(),
+    )
+    .await
+    .expect("money");
+    assert_eq!(
+        servicing_ops::money::confirm_applied(&store, &money).await,
+        (1, Vec::new())
+    );
+    let after = servicing_ops::backfill::open_index(&store, false)
+        .await
+        .expect("backfill");
+    assert_eq!(
+        after.found,
+        [0, 0, 0],
+        "{engine:?}: a confirmed payment stays closed"
+    );
 }
