@@ -372,25 +372,32 @@ struct Figures {
     secs: f64,
 }
 
-async fn measure<F: std::future::Future<Output = String>>(
+/// Runs one job through the metered client and prints its line at once (a job that fails says
+/// so in its line: a scan that cannot finish is a finding, not a crash).
+async fn measure<F: std::future::Future<Output = Result<String, String>>>(
     servicing: &Servicing,
     reads: &ReadMeter,
+    name: &'static str,
     job: F,
-) -> (Figures, String) {
+) -> (&'static str, Figures, String) {
     servicing.requests.reset();
     if let Ok(mut m) = reads.0.lock() {
         *m = (0, 0.0);
     }
     let started = Instant::now();
-    let said = job.await;
+    let said = job.await.unwrap_or_else(|failure| failure);
     let (items, rcu) = reads.0.lock().map(|m| *m).unwrap_or_default();
-    let figures = Figures {
+    let f = Figures {
         requests: servicing.requests.total(),
         items,
         rcu,
         secs: started.elapsed().as_secs_f64(),
     };
-    (figures, said)
+    println!(
+        "  {name:<30} {:>6} requests {:>9} items read {:>8.1} RCU {:>8.2} s   {said}",
+        f.requests, f.items, f.rcu, f.secs
+    );
+    (name, f, said)
 }
 
 async fn jobs(servicing: &Servicing, now: i64) -> Vec<(&'static str, Figures, String)> {
@@ -410,69 +417,54 @@ async fn jobs(servicing: &Servicing, now: i64) -> Vec<(&'static str, Figures, St
     );
     let (client, table) = (&client, servicing.table.as_str());
     let mut out = Vec::new();
-    let (f, s) = measure(servicing, &reads, async {
-        let views = parked::list(&store).await.expect("parked");
-        format!("{} parked facts", views.len())
-    })
-    .await;
-    out.push(("ledgerctl parked list", f, s));
-    let (f, s) = measure(servicing, &reads, async {
+    let failed = |e: anyhow::Error| format!("FAILED: {e:#}");
+    let job = measure(servicing, &reads, "ledgerctl parked list", async {
+        let views = parked::list(&store).await.map_err(failed)?;
+        Ok(format!("{} parked facts", views.len()))
+    });
+    out.push(job.await);
+    let job = measure(servicing, &reads, "ledgerctl actions list", async {
         let found = actions::list(&store, actions::Listing::Open, None, None)
             .await
-            .expect("actions");
-        format!("{} unsettled actions", found.len())
-    })
-    .await;
-    out.push(("ledgerctl actions list", f, s));
-    let (f, s) = measure(servicing, &reads, async {
+            .map_err(failed)?;
+        Ok(format!("{} unsettled actions", found.len()))
+    });
+    out.push(job.await);
+    let job = measure(servicing, &reads, "ledgerctl quarantine list", async {
         let found = quarantine::list(client, table, None, quarantine::Listing::last_days(7))
             .await
-            .expect("quarantine");
-        format!("{} quarantined in 7 days", found.len())
-    })
-    .await;
-    out.push(("ledgerctl quarantine list", f, s));
-    let (f, s) = measure(servicing, &reads, async {
+            .map_err(failed)?;
+        Ok(format!("{} quarantined in 7 days", found.len()))
+    });
+    out.push(job.await);
+    let job = measure(servicing, &reads, "parked expiry (reconciler)", async {
         let expiry = parked::expire(&store, now, Duration::from_secs(7 * DAY as u64))
             .await
-            .expect("expiry");
-        format!("{} still parked", expiry.still_parked)
-    })
-    .await;
-    out.push(("parked expiry (reconciler)", f, s));
-    let (f, s) = measure(servicing, &reads, async {
-        let r = servicing_ops::reconcile::reconcile(
-            client,
-            table,
-            "account-state",
-            (now - 25 * 3600, now + 1),
-            None,
-        )
-        .await
-        .expect("reconcile");
-        format!("{} applied in the window (a scan)", r.applied)
-    })
-    .await;
-    out.push(("ledgerctl reconcile (window)", f, s));
-    let (f, s) = measure(servicing, &reads, async {
-        let m = servicing_ops::money::reconcile_money(
-            client,
-            table,
-            &[],
-            now,
-            servicing_ops::money::Grace::default(),
-        )
-        .await
-        .expect("money");
-        format!(
+            .map_err(failed)?;
+        Ok(format!("{} still parked", expiry.still_parked))
+    });
+    out.push(job.await);
+    let job = measure(servicing, &reads, "ledgerctl reconcile (window)", async {
+        let window = (now - 25 * 3600, now + 1);
+        let r = servicing_ops::reconcile::reconcile(client, table, "account-state", window, None)
+            .await
+            .map_err(failed)?;
+        Ok(format!("{} applied in the window (a scan)", r.applied))
+    });
+    out.push(job.await);
+    let job = measure(servicing, &reads, "ledgerctl reconcile --money", async {
+        let grace = servicing_ops::money::Grace::default();
+        let m = servicing_ops::money::reconcile_money(client, table, &[], now, grace)
+            .await
+            .map_err(failed)?;
+        Ok(format!(
             "{} accepted checked, {} not applied, {} stuck actions (totals: a scan)",
             m.accepted,
             m.not_applied.len(),
             m.stuck_actions.len()
-        )
-    })
-    .await;
-    out.push(("ledgerctl reconcile --money", f, s));
+        ))
+    });
+    out.push(job.await);
     out
 }
 
@@ -504,12 +496,6 @@ async fn main() {
             started.elapsed().as_secs_f64()
         );
         let figures = jobs(&servicing, now).await;
-        for (job, f, said) in &figures {
-            println!(
-                "  {job:<30} {:>6} requests {:>9} items read {:>8.1} RCU {:>8.2} s   {said}",
-                f.requests, f.items, f.rcu, f.secs
-            );
-        }
         runs.push((*history, figures));
         servicing
             .client
