@@ -98,6 +98,20 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, stream: bool) -> St
             .build()
             .expect("key")
     };
+    // A sparse index of keys only, sharded (`hash`) and ordered (`range`).
+    let keys_only = |index: &str, hash: &str, range: &str| {
+        GlobalSecondaryIndex::builder()
+            .index_name(index)
+            .key_schema(key(hash, KeyType::Hash))
+            .key_schema(key(range, KeyType::Range))
+            .projection(
+                Projection::builder()
+                    .projection_type(ProjectionType::KeysOnly)
+                    .build(),
+            )
+            .build()
+            .expect("index")
+    };
     client
         .create_table()
         .table_name(&name)
@@ -117,19 +131,11 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, stream: bool) -> St
         )
         .key_schema(key("pk", KeyType::Hash))
         .key_schema(key("sk", KeyType::Range))
-        .global_secondary_indexes(
-            GlobalSecondaryIndex::builder()
-                .index_name(arrears::ARREARS_INDEX)
-                .key_schema(key(arrears::ARREARS_SHARD, KeyType::Hash))
-                .key_schema(key(arrears::ARREARS_SINCE, KeyType::Range))
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::KeysOnly)
-                        .build(),
-                )
-                .build()
-                .expect("index"),
-        )
+        .global_secondary_indexes(keys_only(
+            arrears::ARREARS_INDEX,
+            arrears::ARREARS_SHARD,
+            arrears::ARREARS_SINCE,
+        ))
         .global_secondary_indexes(
             GlobalSecondaryIndex::builder()
                 .index_name(ALLOCATIONS_INDEX)
@@ -144,19 +150,11 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, stream: bool) -> St
                 .build()
                 .expect("index"),
         )
-        .global_secondary_indexes(
-            GlobalSecondaryIndex::builder()
-                .index_name(open::OPEN_INDEX)
-                .key_schema(key(open::OPEN_SHARD, KeyType::Hash))
-                .key_schema(key(open::OPEN_SINCE, KeyType::Range))
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::KeysOnly)
-                        .build(),
-                )
-                .build()
-                .expect("index"),
-        )
+        .global_secondary_indexes(keys_only(
+            open::OPEN_INDEX,
+            open::OPEN_SHARD,
+            open::OPEN_SINCE,
+        ))
         .set_stream_specification(stream.then(|| {
             StreamSpecification::builder()
                 .stream_enabled(true)

@@ -36,7 +36,7 @@ pub async fn list(
     for item in items {
         let action: ActionItem = schema::from_item(item)
             .map_err(|e| anyhow::anyhow!("an action item does not decode: {e}"))?;
-        let open = matches!(action.status.as_str(), "PENDING" | "SENDING" | "UNKNOWN");
+        let open = servicing_store::ActionStatus::unsettled(&action.status);
         if (listing == Listing::All || open)
             && account.is_none_or(|a| a == action.account_id)
             && status.is_none_or(|s| s.eq_ignore_ascii_case(&action.status))

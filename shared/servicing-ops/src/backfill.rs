@@ -58,7 +58,7 @@ pub async fn open_index(store: &ServicingStore, dry_run: bool) -> anyhow::Result
         }
         let action: ActionItem = schema::from_item(item)
             .map_err(|e| anyhow::anyhow!("an action item does not decode: {e}"))?;
-        if matches!(action.status.as_str(), "PENDING" | "SENDING" | "UNKNOWN") {
+        if servicing_store::ActionStatus::unsettled(&action.status) {
             let key = (action.pk.clone(), action.sk.clone());
             open.push((1, key, action.action_id, action.created_at));
         }

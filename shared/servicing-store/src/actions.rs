@@ -8,7 +8,9 @@ use servicing_domain::AccountId;
 
 use crate::combine::Answer;
 use crate::conditions::{CREATE_ONLY, Condition};
-use crate::errors::{classify, classify_service, invalid_request, refuses_the_request};
+use crate::errors::{
+    classify, classify_service, conditional_update, invalid_request, refuses_the_request,
+};
 use crate::items::{self, Verdict, n, s};
 use crate::schema::{ActionItem, LatestDelinquencyRecord};
 use crate::{CommitOutcome, Effect, ServicingStore, StoreError, UnitOfWork, now_epoch};
@@ -57,6 +59,11 @@ impl ActionStatus {
         }
     }
 
+    /// Whether a stored `status` names an action not settled yet (pending, sending, unknown).
+    pub fn unsettled(stored: &str) -> bool {
+        Self::parse(stored).is_some_and(|s| !s.settled())
+    }
+
     /// Settled for good: never leased, called or asked about again.
     pub fn settled(self) -> bool {
         matches!(
@@ -65,7 +72,8 @@ impl ActionStatus {
         )
     }
 
-    fn parse(value: &str) -> Option<Self> {
+    /// The status a stored `status` names (`None`: not one of them).
+    pub fn parse(value: &str) -> Option<Self> {
         [
             ActionStatus::Pending,
             ActionStatus::Sending,
@@ -207,13 +215,7 @@ impl ServicingStore {
             .expression_attribute_values(":until", n(until_ms))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) => match e.into_service_error() {
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => Ok(false),
-                other => Err(classify_service(other)),
-            },
-        }
+        conditional_update(result)
     }
 
     /// Records one execution attempt under the lease: the final status (`Sent`/`Rejected`), or

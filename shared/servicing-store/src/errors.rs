@@ -45,6 +45,24 @@ where
     }
 }
 
+/// The answer of an `UpdateItem` conditioned on the item's state: `true` written, `false` its
+/// condition refused it (the item moved on: not an error); anything else classified.
+pub(crate) fn conditional_update<R: std::fmt::Debug + Send + Sync + 'static>(
+    result: Result<
+        aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+        SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError, R>,
+    >,
+) -> Result<bool, StoreError> {
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) => match e.into_service_error() {
+            UpdateItemError::ConditionalCheckFailedException(_) => Ok(false),
+            other => Err(classify_service(other)),
+        },
+    }
+}
+
 /// One classifier for every path: only an error that says *this request* can never succeed
 /// is permanent (the caller quarantines it); everything else — throttling, 5xx, unknown codes,
 /// no code at all, and misconfiguration such as a missing table or denied access, which must

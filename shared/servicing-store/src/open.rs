@@ -11,9 +11,9 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use sha2::{Digest, Sha256};
 
-use crate::errors::classify;
+use crate::errors::{classify, conditional_update};
 use crate::items::{self, Item, n, s};
-use crate::{ServicingStore, StoreError};
+use crate::{ActionStatus, ServicingStore, StoreError};
 
 /// The index's name (template.yaml `ServicingTable`).
 pub const OPEN_INDEX: &str = "OpenIndex";
@@ -94,13 +94,7 @@ impl ServicingStore {
             .expression_attribute_values(":now", n(crate::now_epoch().0))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => match e.into_service_error() {
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => Ok(()),
-                other => Err(crate::errors::classify_service(other)),
-            },
-        }
+        conditional_update(result).map(|_| ())
     }
 
     /// Every open item of `kind`, oldest first: one paginated `Query` per shard of the index,
@@ -176,9 +170,9 @@ impl ServicingStore {
                     "{unkeyed} AND #status IN (:pending, :sending, :unknown)"
                 ))
                 .expression_attribute_names("#status", "status")
-                .expression_attribute_values(":pending", s("PENDING"))
-                .expression_attribute_values(":sending", s("SENDING"))
-                .expression_attribute_values(":unknown", s("UNKNOWN")),
+                .expression_attribute_values(":pending", s(ActionStatus::Pending.as_str()))
+                .expression_attribute_values(":sending", s(ActionStatus::Sending.as_str()))
+                .expression_attribute_values(":unknown", s(ActionStatus::Unknown.as_str())),
             OpenKind::Accepted => request
                 .condition_expression(format!(
                     "{unkeyed} AND #answered = :accepted AND attribute_not_exists(#confirmed)"
@@ -187,12 +181,6 @@ impl ServicingStore {
                 .expression_attribute_names("#confirmed", CONFIRMED_AT)
                 .expression_attribute_values(":accepted", n(202)),
         };
-        match request.send().await {
-            Ok(_) => Ok(true),
-            Err(e) => match e.into_service_error() {
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => Ok(false),
-                other => Err(crate::errors::classify_service(other)),
-            },
-        }
+        conditional_update(request.send().await)
     }
 }

@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 use servicing_ops::{actions, dlq, republish};
+use servicing_store::ActionStatus;
 use servicing_store::schema::{ActionItem, IdempotencyRecord, OutboxEvent};
 
 use crate::iso;
@@ -47,22 +48,16 @@ pub enum ActionStatusArg {
 }
 
 impl ActionStatusArg {
-    fn stored(self) -> &'static str {
+    /// The store's status it names (its stored form and whether it is settled come from there).
+    fn status(self) -> ActionStatus {
         match self {
-            ActionStatusArg::Pending => "PENDING",
-            ActionStatusArg::Sending => "SENDING",
-            ActionStatusArg::Sent => "SENT",
-            ActionStatusArg::Rejected => "REJECTED",
-            ActionStatusArg::Superseded => "SUPERSEDED",
-            ActionStatusArg::Unknown => "UNKNOWN",
+            ActionStatusArg::Pending => ActionStatus::Pending,
+            ActionStatusArg::Sending => ActionStatus::Sending,
+            ActionStatusArg::Sent => ActionStatus::Sent,
+            ActionStatusArg::Rejected => ActionStatus::Rejected,
+            ActionStatusArg::Superseded => ActionStatus::Superseded,
+            ActionStatusArg::Unknown => ActionStatus::Unknown,
         }
-    }
-
-    fn settled(self) -> bool {
-        !matches!(
-            self,
-            ActionStatusArg::Pending | ActionStatusArg::Sending | ActionStatusArg::Unknown
-        )
     }
 }
 
@@ -158,10 +153,13 @@ pub fn actions(command: &ActionsCommand, json: bool, target: &Target) -> anyhow:
                 status,
                 all,
             } => {
-                if let Some(settled) = status.filter(|s| s.settled() && !all) {
+                if let Some(settled) = status
+                    .map(ActionStatusArg::status)
+                    .filter(|s| s.settled() && !all)
+                {
                     anyhow::bail!(
                         "{} actions are settled history: add --all (reads the whole table)",
-                        settled.stored()
+                        settled.as_str()
                     );
                 }
                 let target = target.resolve(None).await?;
@@ -178,7 +176,7 @@ pub fn actions(command: &ActionsCommand, json: bool, target: &Target) -> anyhow:
                     &store,
                     listing,
                     account.as_deref(),
-                    status.map(ActionStatusArg::stored),
+                    status.map(|s| s.status().as_str()),
                 )
                 .await?;
                 if json {

@@ -238,7 +238,7 @@ pub async fn reconcile_money(
         // SENDING holds a lease: stuck only once the lease has run out.
         let leased = action.status == "SENDING"
             && action.lease_until.is_some_and(|until| until > now * 1000);
-        if matches!(action.status.as_str(), "PENDING" | "SENDING" | "UNKNOWN")
+        if servicing_store::ActionStatus::unsettled(&action.status)
             && !leased
             && age_secs > grace.action_secs
         {
