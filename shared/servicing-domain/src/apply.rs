@@ -157,6 +157,7 @@ fn step(
                 "dueDate": due_date.format("%Y-%m-%d").to_string(),
                 "principalMinor": principal.minor(),
                 "interestMinor": interest.minor(),
+                "currency": currency,
             });
             (detail_types::INSTALLMENT_DUE, payload)
         }

@@ -5,6 +5,7 @@ pub mod account;
 pub mod apply;
 pub mod event;
 pub mod fingerprint;
+pub mod journal;
 pub mod ledger;
 pub mod outbox;
 pub mod parking;

@@ -44,17 +44,23 @@ impl DomainEvent {
         occurred_at: DateTime<Utc>,
         payload: Value,
     ) -> Self {
-        let digest = Sha256::digest(
-            format!("{detail_type}\n{}\n{}", trigger.system, trigger.event_id).as_bytes(),
-        );
         Self {
-            event_id: format!("evt_{}", &hex(&digest)[..32]),
+            event_id: Self::id_for(detail_type, trigger),
             detail_type: detail_type.to_owned(),
             account_id: account_id.clone(),
             trigger: trigger.clone(),
             occurred_at,
             payload,
         }
+    }
+
+    /// The id of the event of this type a fact causes (a reversal names its payment's
+    /// `PaymentApplied` by it).
+    pub fn id_for(detail_type: &str, trigger: &SourceRef) -> String {
+        let digest = Sha256::digest(
+            format!("{detail_type}\n{}\n{}", trigger.system, trigger.event_id).as_bytes(),
+        );
+        format!("evt_{}", &hex(&digest)[..32])
     }
 
     pub fn delinquency_changed(

@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 use servicing_domain::{
     AccountId, Bucket, Disposition, Ledger, LoanAccount, Outcome, ServicingEvent, apply,
+    journal::{SubLedger, entry_of},
     outbox::detail_types,
 };
 
@@ -468,6 +469,46 @@ proptest! {
             json!({"amountMinor": amount, "currency": "EUR", "reversalOf": {"sourceSystem": "test", "sourceEventId": "p-x"}}))).expect("valid");
         let Outcome::Applied(reversed) = apply(Some(&paid.account), &reversal, Some(servicing_domain::ReversalTarget::Applied(&stored))) else { panic!("reversal applies") };
         prop_assert_eq!(&reversed.account, &before);
+    }
+
+    /// Whatever order and redeliveries servicing's published events reach the ledger in, the
+    /// sub-ledger kept from them (one entry per event id) equals servicing's balances, every
+    /// entry balances and so does the whole (the trial balance is zero).
+    #[test]
+    fn the_sub_ledger_equals_servicing_for_any_delivery_of_its_events(
+        (principal, ops) in ops(),
+        swaps in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>()), 0..60),
+        copies in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+    ) {
+        let mut ledger = Ledger::new();
+        for e in stream(principal, &ops) {
+            ledger.ingest(e.to_string().as_bytes());
+        }
+        let mut details: Vec<Value> = ledger.outbox().iter().map(|e| e.detail()).collect();
+        if !details.is_empty() {
+            for copy in &copies {
+                details.push(details[copy.index(details.len())].clone());
+            }
+            for (a, b) in &swaps {
+                let (a, b) = (a.index(details.len()), b.index(details.len()));
+                details.swap(a, b);
+            }
+        }
+        let (mut sub, mut posted) = (SubLedger::default(), std::collections::HashSet::new());
+        for detail in &details {
+            let Some(entry) = entry_of(detail).expect("every published event posts or moves nothing") else {
+                continue;
+            };
+            for t in &entry.transfers {
+                prop_assert!(t.amount_minor > 0 && t.debit != t.credit, "{t:?}");
+            }
+            if posted.insert(entry.entry_id.clone()) {
+                sub.post(&entry).expect("posts");
+            }
+        }
+        prop_assert_eq!(sub.trial_balance(), 0);
+        let differences = sub.differences(&the_account(&ledger));
+        prop_assert!(differences.is_empty(), "{differences:?}");
     }
 
     #[test]

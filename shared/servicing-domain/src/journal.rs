@@ -1,0 +1,393 @@
+//! Accounting postings: the double-entry journal a sub-ledger keeps from the domain events
+//! (`docs/ledger.md`). Pure, like the rest of the domain: the `ledger-postings` consumer commits
+//! what this module computes, the property tests compare it with servicing.
+//!
+//! An entry is a list of transfers, each one amount moved from a credited to a debited ledger
+//! account (TigerBeetle's transfer), so every entry balances by construction, per currency (a
+//! loan has one currency, and so has each of its entries). A balance is the sum of its
+//! postings: debits positive, credits negative; the sum over all ledger accounts of any set of
+//! entries is zero.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Days, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::account::{Allocation, LoanAccount};
+use crate::outbox::{DomainEvent, detail_types};
+use crate::types::{AccountId, Currency, SourceRef};
+
+/// The chart of accounts (`docs/ledger.md`). One sub-ledger per loan account holds every
+/// ledger account its entries touch.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LedgerAccount {
+    /// 1000: money a provider (a `sourceSystem`) has settled and not yet paid over: an asset.
+    CashClearing(String),
+    /// 1100: principal the borrower owes: an asset.
+    PrincipalReceivable,
+    /// 1110: interest billed or accrued and not paid: an asset.
+    InterestReceivable,
+    /// 1120: fees assessed and not paid: an asset.
+    FeesReceivable,
+    /// 2000: money the lender owes the borrower (overpayments): a liability.
+    CustomerCredit,
+    /// 2100: principal paid out to the borrower at opening (the funding side): a liability.
+    Disbursements,
+    /// 2900: what no rule could classify, left for a person: posted by no automated rule; the
+    /// reconciliation requires it to be zero.
+    Suspense,
+    /// 4000: income.
+    InterestIncome,
+    /// 4100: income.
+    FeeIncome,
+}
+
+impl LedgerAccount {
+    /// The stored code: the account number, its name and, for cash clearing, the provider.
+    pub fn code(&self) -> String {
+        match self {
+            LedgerAccount::CashClearing(system) => format!("1000:cash_clearing:{system}"),
+            LedgerAccount::PrincipalReceivable => "1100:principal_receivable".into(),
+            LedgerAccount::InterestReceivable => "1110:interest_receivable".into(),
+            LedgerAccount::FeesReceivable => "1120:fees_receivable".into(),
+            LedgerAccount::CustomerCredit => "2000:customer_credit".into(),
+            LedgerAccount::Disbursements => "2100:disbursements".into(),
+            LedgerAccount::Suspense => "2900:suspense".into(),
+            LedgerAccount::InterestIncome => "4000:interest_income".into(),
+            LedgerAccount::FeeIncome => "4100:fee_income".into(),
+        }
+    }
+
+    pub fn parse(code: &str) -> Option<Self> {
+        if let Some(system) = code.strip_prefix("1000:cash_clearing:") {
+            return Some(LedgerAccount::CashClearing(system.to_owned()));
+        }
+        Some(match code {
+            "1100:principal_receivable" => LedgerAccount::PrincipalReceivable,
+            "1110:interest_receivable" => LedgerAccount::InterestReceivable,
+            "1120:fees_receivable" => LedgerAccount::FeesReceivable,
+            "2000:customer_credit" => LedgerAccount::CustomerCredit,
+            "2100:disbursements" => LedgerAccount::Disbursements,
+            "2900:suspense" => LedgerAccount::Suspense,
+            "4000:interest_income" => LedgerAccount::InterestIncome,
+            "4100:fee_income" => LedgerAccount::FeeIncome,
+            _ => return None,
+        })
+    }
+}
+
+impl Serialize for LedgerAccount {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.code())
+    }
+}
+
+impl<'de> Deserialize<'de> for LedgerAccount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let code = String::deserialize(d)?;
+        LedgerAccount::parse(&code)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown ledger account {code}")))
+    }
+}
+
+/// One amount moved: `debit` up, `credit` down by the same `amount_minor` (> 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Transfer {
+    pub debit: LedgerAccount,
+    pub credit: LedgerAccount,
+    pub amount_minor: i64,
+}
+
+/// The journal entry one money-moving domain event causes, before it is posted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JournalEntry {
+    /// The domain event's id: at most one entry per id, per consumer.
+    pub entry_id: String,
+    pub account_id: AccountId,
+    /// The domain event's type (`PaymentApplied`, …).
+    pub event_type: String,
+    pub currency: Currency,
+    /// Business time: the event's `occurredAt`.
+    pub effective_at: DateTime<Utc>,
+    /// The source fact that caused it (traceability to the servicing record).
+    pub trigger: SourceRef,
+    /// For a payment or its reversal: the provider whose cash moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment: Option<SourceRef>,
+    /// For a reversal: the entry it undoes (the payment's `PaymentApplied` id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverses: Option<String>,
+    /// Never empty: an event that moves nothing gets no entry.
+    pub transfers: Vec<Transfer>,
+}
+
+/// An entry with the two times the ledger adds: when it was processed and the accounting
+/// period (a day) it is posted to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Posting {
+    #[serde(flatten)]
+    pub entry: JournalEntry,
+    pub processed_at: DateTime<Utc>,
+    pub posting_date: NaiveDate,
+}
+
+/// The domain event types that move money. The others (`CreditLimitChanged`: a limit is a
+/// commitment, not a balance; `DelinquencyChanged`: a classification) post nothing.
+pub const MONEY_EVENT_TYPES: [&str; 6] = [
+    detail_types::LOAN_OPENED,
+    detail_types::INSTALLMENT_DUE,
+    detail_types::INTEREST_ACCRUED,
+    detail_types::FEE_ASSESSED,
+    detail_types::PAYMENT_APPLIED,
+    detail_types::PAYMENT_REVERSED,
+];
+
+/// Why an event cannot be posted (quarantined with this reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unpostable(pub String);
+
+fn bad(what: impl Into<String>) -> Unpostable {
+    Unpostable(what.into())
+}
+
+/// The entry a published domain event (its EventBridge `detail`) causes: `None` for an event
+/// that moves no money (or moves zero), an error for a detail that is not a valid money event.
+pub fn entry_of(detail: &Value) -> Result<Option<JournalEntry>, Unpostable> {
+    let event_type = detail["eventType"]
+        .as_str()
+        .ok_or_else(|| bad("eventType is missing"))?;
+    if !MONEY_EVENT_TYPES.contains(&event_type) {
+        return Ok(None);
+    }
+    let text = |field: &str| {
+        detail[field]
+            .as_str()
+            .ok_or_else(|| bad(format!("{field} is missing or not a string")))
+    };
+    let minor = |field: &str| -> Result<i64, Unpostable> {
+        match detail[field].as_i64() {
+            Some(v) if v >= 0 => Ok(v),
+            _ => Err(bad(format!(
+                "{field} is missing or not a whole amount >= 0"
+            ))),
+        }
+    };
+    let entry_id = text("eventId")?.to_owned();
+    let account_id =
+        AccountId::parse(text("accountId")?).map_err(|e| bad(format!("accountId: {e}")))?;
+    let currency = Currency::parse(text("currency")?).map_err(|e| bad(format!("currency: {e}")))?;
+    let effective_at = DateTime::parse_from_rfc3339(text("occurredAt")?)
+        .map_err(|e| bad(format!("occurredAt: {e}")))?
+        .with_timezone(&Utc);
+    let source_ref = |value: &Value, what: &str| -> Result<SourceRef, Unpostable> {
+        match (
+            value["sourceSystem"].as_str(),
+            value["sourceEventId"].as_str(),
+        ) {
+            (Some(system), Some(event_id)) => Ok(SourceRef {
+                system: system.to_owned(),
+                event_id: event_id.to_owned(),
+            }),
+            _ => Err(bad(format!(
+                "{what} must name sourceSystem and sourceEventId"
+            ))),
+        }
+    };
+    let trigger = source_ref(&detail["trigger"], "trigger")?;
+    use LedgerAccount::*;
+    let one = |debit: LedgerAccount, credit: LedgerAccount, amount_minor: i64| {
+        vec![Transfer {
+            debit,
+            credit,
+            amount_minor,
+        }]
+    };
+    let (mut transfers, mut payment, mut reverses) = (Vec::new(), None, None);
+    match event_type {
+        detail_types::LOAN_OPENED => {
+            transfers = one(PrincipalReceivable, Disbursements, minor("principalMinor")?);
+        }
+        // The bill's principal was receivable since the opening; its interest is earned now.
+        detail_types::INSTALLMENT_DUE => {
+            transfers = one(InterestReceivable, InterestIncome, minor("interestMinor")?);
+        }
+        detail_types::INTEREST_ACCRUED => {
+            transfers = one(InterestReceivable, InterestIncome, minor("amountMinor")?);
+        }
+        detail_types::FEE_ASSESSED => {
+            transfers = one(FeesReceivable, FeeIncome, minor("amountMinor")?);
+        }
+        detail_types::PAYMENT_APPLIED | detail_types::PAYMENT_REVERSED => {
+            let paid = source_ref(&detail["payment"], "payment")?;
+            let split: Allocation = serde_json::from_value(detail["allocation"].clone())
+                .map_err(|e| bad(format!("allocation: {e}")))?;
+            let parts = [split.fees, split.interest, split.principal, split.credit];
+            if parts.iter().any(|p| *p < 0) || split.total() != Some(minor("amountMinor")?) {
+                return Err(bad(format!(
+                    "allocation {parts:?} does not add up to amountMinor {}",
+                    detail["amountMinor"]
+                )));
+            }
+            let cash = CashClearing(paid.system.clone());
+            let legs = [
+                (FeesReceivable, split.fees),
+                (InterestReceivable, split.interest),
+                (PrincipalReceivable, split.principal),
+                (CustomerCredit, split.credit),
+            ];
+            let reversal = event_type == detail_types::PAYMENT_REVERSED;
+            for (account, amount_minor) in legs {
+                // A payment moves cash in and each part out of what is owed; its reversal
+                // moves exactly the same amounts back.
+                let (debit, credit) = match reversal {
+                    false => (cash.clone(), account),
+                    true => (account, cash.clone()),
+                };
+                transfers.push(Transfer {
+                    debit,
+                    credit,
+                    amount_minor,
+                });
+            }
+            if reversal {
+                reverses = Some(DomainEvent::id_for(detail_types::PAYMENT_APPLIED, &paid));
+            }
+            payment = Some(paid);
+        }
+        _ => unreachable!("MONEY_EVENT_TYPES"),
+    }
+    transfers.retain(|t| t.amount_minor > 0);
+    if transfers.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(JournalEntry {
+        entry_id,
+        account_id,
+        event_type: event_type.to_owned(),
+        currency,
+        effective_at,
+        trigger,
+        payment,
+        reverses,
+        transfers,
+    }))
+}
+
+/// The accounting period (day) an entry is posted to: its business date, or the first open
+/// day when that date is in a closed period (a backdated posting: the effective date is kept on
+/// the entry, the closed period is never touched).
+pub fn posting_date(effective: NaiveDate, closed_through: Option<NaiveDate>) -> NaiveDate {
+    match closed_through.and_then(|d| d.checked_add_days(Days::new(1))) {
+        Some(first_open) if first_open > effective => first_open,
+        _ => effective,
+    }
+}
+
+/// One loan account's sub-ledger: the running balance of every ledger account its entries
+/// touched (debit positive), kept equal to the sum of its postings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubLedger {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<Currency>,
+    /// By ledger account code; an account back at zero stays listed (it was used).
+    pub balances: BTreeMap<String, i64>,
+    /// Entries posted.
+    pub entries: u64,
+}
+
+impl SubLedger {
+    /// Adds an entry's transfers. Refused (nothing changes) when its currency is not the
+    /// sub-ledger's or a balance would overflow.
+    pub fn post(&mut self, entry: &JournalEntry) -> Result<(), Unpostable> {
+        if let Some(currency) = self.currency
+            && currency != entry.currency
+        {
+            return Err(bad(format!(
+                "entry in {} on a sub-ledger in {}",
+                entry.currency.as_str(),
+                currency.as_str()
+            )));
+        }
+        let mut next = self.balances.clone();
+        for t in &entry.transfers {
+            let overflow = || bad("a balance would overflow");
+            let debit = next.entry(t.debit.code()).or_default();
+            *debit = debit.checked_add(t.amount_minor).ok_or_else(overflow)?;
+            let credit = next.entry(t.credit.code()).or_default();
+            *credit = credit.checked_sub(t.amount_minor).ok_or_else(overflow)?;
+        }
+        self.balances = next;
+        self.currency = Some(entry.currency);
+        self.entries += 1;
+        Ok(())
+    }
+
+    pub fn balance(&self, account: &LedgerAccount) -> i64 {
+        self.balances.get(&account.code()).copied().unwrap_or(0)
+    }
+
+    /// Debits less credits over every ledger account: zero for any set of entries.
+    pub fn trial_balance(&self) -> i128 {
+        self.balances.values().map(|v| i128::from(*v)).sum()
+    }
+
+    /// Where this sub-ledger and the servicing state of the same account disagree (empty when
+    /// they agree): receivables are the outstanding balances, customer credit (a liability, so
+    /// credit-normal) the credit balance, and suspense is zero.
+    pub fn differences(&self, loan: &LoanAccount) -> Vec<String> {
+        let checks = [
+            (
+                LedgerAccount::PrincipalReceivable,
+                self.balance(&LedgerAccount::PrincipalReceivable),
+                loan.principal_outstanding_minor,
+            ),
+            (
+                LedgerAccount::InterestReceivable,
+                self.balance(&LedgerAccount::InterestReceivable),
+                loan.interest_outstanding_minor,
+            ),
+            (
+                LedgerAccount::FeesReceivable,
+                self.balance(&LedgerAccount::FeesReceivable),
+                loan.fees_outstanding_minor,
+            ),
+            (
+                LedgerAccount::CustomerCredit,
+                self.balance(&LedgerAccount::CustomerCredit)
+                    .saturating_neg(),
+                loan.credit_balance_minor,
+            ),
+            (
+                LedgerAccount::Suspense,
+                self.balance(&LedgerAccount::Suspense),
+                0,
+            ),
+        ];
+        let mut out: Vec<String> = checks
+            .into_iter()
+            .filter(|(_, ledger, servicing)| ledger != servicing)
+            .map(|(account, ledger, servicing)| {
+                format!("{}: ledger {ledger}, servicing {servicing}", account.code())
+            })
+            .collect();
+        if let Some(currency) = self.currency
+            && currency != loan.currency
+        {
+            out.push(format!(
+                "currency: ledger {}, servicing {}",
+                currency.as_str(),
+                loan.currency.as_str()
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

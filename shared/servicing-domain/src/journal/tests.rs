@@ -1,0 +1,167 @@
+use chrono::NaiveDate;
+use serde_json::json;
+
+use super::*;
+
+fn date(s: &str) -> NaiveDate {
+    s.parse().expect("date")
+}
+
+fn applied(id: &str, allocation: Value, amount: i64) -> Value {
+    json!({"eventId": id, "eventType": "PaymentApplied", "accountId": "acc_1",
+        "occurredAt": "2026-09-10T12:00:00Z", "trigger": {"sourceSystem": "psp", "sourceEventId": "p1"},
+        "payment": {"sourceSystem": "psp", "sourceEventId": "p1"}, "amountMinor": amount, "currency": "EUR",
+        "allocation": allocation, "installmentsPaid": []})
+}
+
+#[test]
+fn when_a_payment_posts_should_credit_each_part_of_its_allocation_against_its_providers_cash() {
+    let detail = applied(
+        "evt_1",
+        json!({"fees": 500, "interest": 1000, "principal": 3000, "credit": 0}),
+        4500,
+    );
+    let entry = entry_of(&detail).expect("valid").expect("moves money");
+    let cash = LedgerAccount::CashClearing("psp".into());
+    assert_eq!(
+        entry.transfers,
+        vec![
+            Transfer {
+                debit: cash.clone(),
+                credit: LedgerAccount::FeesReceivable,
+                amount_minor: 500
+            },
+            Transfer {
+                debit: cash.clone(),
+                credit: LedgerAccount::InterestReceivable,
+                amount_minor: 1000
+            },
+            Transfer {
+                debit: cash,
+                credit: LedgerAccount::PrincipalReceivable,
+                amount_minor: 3000
+            },
+        ]
+    );
+    let mut ledger = SubLedger::default();
+    ledger.post(&entry).expect("posts");
+    assert_eq!(ledger.trial_balance(), 0);
+    assert_eq!(
+        ledger.balance(&LedgerAccount::CashClearing("psp".into())),
+        4500
+    );
+}
+
+#[test]
+fn when_a_reversal_posts_should_be_the_exact_opposite_linked_to_the_payments_entry() {
+    let allocation = json!({"fees": 0, "interest": 200, "principal": 700, "credit": 100});
+    let payment = entry_of(&applied("evt_p", allocation.clone(), 1000))
+        .expect("valid")
+        .expect("entry");
+    let mut reversal = applied("evt_r", allocation, 1000);
+    reversal["eventType"] = json!("PaymentReversed");
+    let reversed = entry_of(&reversal).expect("valid").expect("entry");
+    let payment_id = DomainEvent::id_for(
+        detail_types::PAYMENT_APPLIED,
+        &SourceRef {
+            system: "psp".into(),
+            event_id: "p1".into(),
+        },
+    );
+    assert_eq!(reversed.reverses.as_deref(), Some(payment_id.as_str()));
+    for (p, r) in payment.transfers.iter().zip(&reversed.transfers) {
+        assert_eq!(
+            (&p.debit, &p.credit, p.amount_minor),
+            (&r.credit, &r.debit, r.amount_minor)
+        );
+    }
+    let mut ledger = SubLedger::default();
+    ledger.post(&payment).expect("posts");
+    ledger.post(&reversed).expect("posts");
+    assert!(
+        ledger.balances.values().all(|v| *v == 0),
+        "{:?}",
+        ledger.balances
+    );
+}
+
+#[test]
+fn when_an_event_moves_no_money_should_post_nothing_and_a_broken_one_should_say_why() {
+    let limit =
+        json!({"eventId": "evt_l", "eventType": "CreditLimitChanged", "accountId": "acc_1"});
+    assert_eq!(entry_of(&limit), Ok(None));
+    let bucket =
+        json!({"eventId": "evt_d", "eventType": "DelinquencyChanged", "accountId": "acc_1"});
+    assert_eq!(entry_of(&bucket), Ok(None));
+    let unbalanced = applied(
+        "evt_1",
+        json!({"fees": 0, "interest": 0, "principal": 3000, "credit": 0}),
+        4500,
+    );
+    let error = entry_of(&unbalanced).expect_err("allocation short of the amount");
+    assert!(error.0.contains("does not add up"), "{error}");
+    let mut no_currency = applied(
+        "evt_1",
+        json!({"fees": 0, "interest": 0, "principal": 1, "credit": 0}),
+        1,
+    );
+    no_currency
+        .as_object_mut()
+        .expect("object")
+        .remove("currency");
+    assert!(entry_of(&no_currency).is_err());
+}
+
+#[test]
+fn when_the_business_date_is_in_a_closed_period_should_post_to_the_first_open_day() {
+    assert_eq!(posting_date(date("2026-09-10"), None), date("2026-09-10"));
+    assert_eq!(
+        posting_date(date("2026-09-10"), Some(date("2026-09-09"))),
+        date("2026-09-10")
+    );
+    assert_eq!(
+        posting_date(date("2026-09-10"), Some(date("2026-09-10"))),
+        date("2026-09-11")
+    );
+    assert_eq!(
+        posting_date(date("2026-09-01"), Some(date("2026-09-30"))),
+        date("2026-10-01")
+    );
+}
+
+#[test]
+fn when_an_entry_is_in_another_currency_should_refuse_it_and_change_nothing() {
+    let mut ledger = SubLedger::default();
+    let entry = entry_of(&applied(
+        "evt_1",
+        json!({"fees": 0, "interest": 0, "principal": 10, "credit": 0}),
+        10,
+    ))
+    .expect("valid")
+    .expect("entry");
+    ledger.post(&entry).expect("posts");
+    let before = ledger.clone();
+    let dollars = JournalEntry {
+        currency: Currency::parse("USD").expect("code"),
+        ..entry
+    };
+    assert!(ledger.post(&dollars).is_err());
+    assert_eq!(ledger, before);
+}
+
+#[test]
+fn when_codes_are_stored_should_read_back_as_the_same_ledger_accounts() {
+    for account in [
+        LedgerAccount::CashClearing("core:v2".into()),
+        LedgerAccount::PrincipalReceivable,
+        LedgerAccount::InterestReceivable,
+        LedgerAccount::FeesReceivable,
+        LedgerAccount::CustomerCredit,
+        LedgerAccount::Disbursements,
+        LedgerAccount::Suspense,
+        LedgerAccount::InterestIncome,
+        LedgerAccount::FeeIncome,
+    ] {
+        assert_eq!(LedgerAccount::parse(&account.code()), Some(account));
+    }
+}
