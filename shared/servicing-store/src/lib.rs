@@ -25,6 +25,7 @@ mod conditions;
 mod errors;
 mod idempotency;
 pub mod items;
+pub mod journal;
 mod loans;
 pub mod open;
 mod parked;

@@ -1,0 +1,385 @@
+//! The accounting sub-ledger's items (`ledger-postings`, `docs/ledger.md`): one journal entry
+//! per posted event and one balances item per loan account, in the account's own partition
+//! (`LEDGER#<accountId>`), and the closed accounting periods (`LEDGER_PERIOD#<nn>`).
+//!
+//! A posting is ONE `TransactWriteItems`: the entry, put only if its key is new (it is the
+//! consumer's claim of the event: `ALL_OLD` tells a duplicate from a collision by its
+//! fingerprint), the account's balances put at the version read, and a check that the entry's
+//! posting date is still open. So nothing is posted twice, no balance moves without its entry,
+//! and no entry lands in a period a close has ended, whatever runs concurrently.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::{
+    ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+use chrono::NaiveDate;
+use serde::{Deserialize, Serialize};
+use servicing_domain::journal::{Posting, SubLedger};
+use servicing_domain::{AccountId, Currency, Fingerprint};
+use sha2::{Digest, Sha256};
+
+use crate::combine::Answer;
+use crate::errors::{classify, conditional_update, invalid_request, refuses_the_request};
+use crate::items::{self, Item, n, s};
+use crate::open::{OPEN_SHARD, OPEN_SINCE, OpenKind};
+use crate::schema::{from_item, to_item};
+use crate::{ServicingStore, StoreError, now_epoch};
+
+/// The sort key of an account's balances item.
+const BALANCES: &str = "BALANCES";
+/// The sort key prefix of an account's entries.
+const ENTRY_PREFIX: &str = "ENTRY#";
+/// The closed periods are kept in this many copies, one per shard of accounts, so the check
+/// every posting makes does not read one item at the ledger's whole rate.
+pub const PERIOD_SHARDS: u8 = 16;
+
+/// `(pk, sk)` of an account's balances.
+pub fn sub_ledger_key(account: &AccountId) -> (String, String) {
+    (format!("LEDGER#{account}"), BALANCES.to_owned())
+}
+
+/// `(pk, sk)` of the entry an event posted on an account.
+pub fn entry_key(account: &AccountId, entry_id: &str) -> (String, String) {
+    (
+        format!("LEDGER#{account}"),
+        format!("{ENTRY_PREFIX}{entry_id}"),
+    )
+}
+
+fn period_key(shard: u8) -> (String, String) {
+    (format!("LEDGER_PERIOD#{shard:02}"), "PERIOD".to_owned())
+}
+
+fn period_shard(account: &AccountId) -> u8 {
+    Sha256::digest(account.as_str().as_bytes())[0] % PERIOD_SHARDS
+}
+
+/// An account's balances item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubLedgerRecord {
+    pub pk: String,
+    pub sk: String,
+    pub item_type: String,
+    pub account_id: String,
+    /// +1 per entry: every posting is conditioned on the version it read.
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<Currency>,
+    /// Debit-positive balances by ledger account code.
+    pub balances: BTreeMap<String, i64>,
+    pub entries: u64,
+    /// Epoch seconds of the last posting.
+    pub posted_at: i64,
+    /// `OPEN#LEDGER#nn` while it has postings the daily reconciler has not compared yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_shard: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_since: Option<i64>,
+}
+
+impl SubLedgerRecord {
+    pub const ITEM_TYPE: &'static str = "SUB_LEDGER";
+
+    pub fn sub_ledger(&self) -> SubLedger {
+        SubLedger {
+            currency: self.currency,
+            balances: self.balances.clone(),
+            entries: self.entries,
+        }
+    }
+}
+
+/// A posted journal entry: the consumer's claim of the event and the entry itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryRecord {
+    pub pk: String,
+    pub sk: String,
+    pub item_type: String,
+    pub consumer: String,
+    pub entry_id: String,
+    pub account_id: String,
+    pub event_type: String,
+    /// Of the event's detail: the same id with another detail is a collision.
+    pub fingerprint: String,
+    /// `YYYY-MM-DD`: the period it is posted to.
+    pub posting_date: NaiveDate,
+    /// The entry with its three times (JSON of `Posting`).
+    pub posting: String,
+}
+
+impl EntryRecord {
+    pub const ITEM_TYPE: &'static str = "JOURNAL_ENTRY";
+
+    pub fn posting(&self) -> Result<Posting, StoreError> {
+        serde_json::from_str(&self.posting)
+            .map_err(|e| StoreError::Corrupt(format!("entry {}: {e}", self.entry_id)))
+    }
+}
+
+/// How a posting ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostOutcome {
+    Posted,
+    /// The event was posted before, with this detail.
+    Duplicate,
+    /// The event id was posted before with another detail: the first one stands.
+    Collision {
+        stored: Fingerprint,
+    },
+    /// The balances moved, or the posting date was closed, since they were read: read again.
+    Moved,
+    /// A concurrent transaction touched the same items: try again.
+    Contended,
+}
+
+/// An account's journal: its balances and every entry, as stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Journal {
+    pub balances: Option<SubLedgerRecord>,
+    pub entries: Vec<EntryRecord>,
+}
+
+impl ServicingStore {
+    /// The account's balances (consistent read).
+    pub async fn sub_ledger(
+        &self,
+        account: &AccountId,
+    ) -> Result<Option<SubLedgerRecord>, StoreError> {
+        self.get_record(sub_ledger_key(account)).await
+    }
+
+    /// The last day closed for postings (consistent read of one shard: a close writes them all
+    /// in one transaction).
+    pub async fn closed_through_any(&self) -> Result<Option<NaiveDate>, StoreError> {
+        let period: Option<PeriodRecord> = self.get_record(period_key(0)).await?;
+        Ok(period.map(|p| p.closed_through))
+    }
+
+    async fn get_record<T: serde::de::DeserializeOwned>(
+        &self,
+        key: (String, String),
+    ) -> Result<Option<T>, StoreError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        got.item.map(from_item).transpose()
+    }
+
+    /// Posts one entry (see the module): `read` is the balances read before (`None`: none
+    /// yet), `next` the balances with the entry added.
+    pub async fn post_entry(
+        &self,
+        posting: &Posting,
+        fingerprint: &Fingerprint,
+        read: Option<&SubLedgerRecord>,
+        next: &SubLedger,
+    ) -> Result<PostOutcome, StoreError> {
+        let entry = &posting.entry;
+        let account = &entry.account_id;
+        let (now, _) = now_epoch();
+        let (pk, sk) = entry_key(account, &entry.entry_id);
+        let record = EntryRecord {
+            pk,
+            sk,
+            item_type: EntryRecord::ITEM_TYPE.into(),
+            consumer: self.config.consumer.clone(),
+            entry_id: entry.entry_id.clone(),
+            account_id: account.as_str().into(),
+            event_type: entry.event_type.clone(),
+            fingerprint: fingerprint.as_str().into(),
+            posting_date: posting.posting_date,
+            posting: serde_json::to_string(posting)
+                .map_err(|e| StoreError::Rejected(format!("posting: {e}")))?,
+        };
+        let claim = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(to_item(&record)?))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(invalid_request)?;
+        let (pk, sk) = sub_ledger_key(account);
+        let [(_, shard), _] = OpenKind::Ledger.attributes(account.as_str(), now);
+        let balances = SubLedgerRecord {
+            pk,
+            sk,
+            item_type: SubLedgerRecord::ITEM_TYPE.into(),
+            account_id: account.as_str().into(),
+            version: read.map_or(1, |r| r.version + 1),
+            currency: next.currency,
+            balances: next.balances.clone(),
+            entries: next.entries,
+            posted_at: now,
+            // Open for the reconciler from its first posting after a comparison.
+            open_shard: shard.as_s().ok().cloned(),
+            open_since: Some(read.and_then(|r| r.open_since).unwrap_or(now)),
+        };
+        let balances = Put::builder()
+            .table_name(&self.config.table)
+            .set_item(Some(to_item(&balances)?));
+        let balances = match read {
+            None => balances.condition_expression("attribute_not_exists(pk)"),
+            Some(r) => balances
+                .condition_expression("#version = :version")
+                .expression_attribute_names("#version", items::VERSION)
+                .expression_attribute_values(":version", n(r.version)),
+        }
+        .build()
+        .map_err(invalid_request)?;
+        let (pk, sk) = period_key(period_shard(account));
+        let open = ConditionCheck::builder()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item((pk, sk))))
+            .condition_expression("attribute_not_exists(pk) OR #through < :date")
+            .expression_attribute_names("#through", CLOSED_THROUGH)
+            .expression_attribute_values(":date", s(posting.posting_date.to_string()))
+            .build()
+            .map_err(invalid_request)?;
+        let transaction = vec![
+            TransactWriteItem::builder().put(claim).build(),
+            TransactWriteItem::builder().put(balances).build(),
+            TransactWriteItem::builder().condition_check(open).build(),
+        ];
+        let reasons = match self.combiner.send(transaction, None).await? {
+            Answer::Committed => return Ok(PostOutcome::Posted),
+            Answer::Withdrawn => return Ok(PostOutcome::Contended),
+            Answer::Cancelled(reasons) => reasons,
+        };
+        let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
+        match codes.as_slice() {
+            ["ConditionalCheckFailed", ..] => {
+                let stored = reasons[0]
+                    .item()
+                    .and_then(|item| items::string(item, items::FINGERPRINT))
+                    .ok_or_else(|| {
+                        StoreError::Corrupt(
+                            "a refused entry came back without its fingerprint".into(),
+                        )
+                    })?;
+                Ok(match stored == fingerprint.as_str() {
+                    true => PostOutcome::Duplicate,
+                    false => PostOutcome::Collision {
+                        stored: Fingerprint::from_stored(stored.to_owned()),
+                    },
+                })
+            }
+            c if c.contains(&"ConditionalCheckFailed") => Ok(PostOutcome::Moved),
+            c if c.contains(&"TransactionConflict") => Ok(PostOutcome::Contended),
+            c if c.iter().any(|c| refuses_the_request(c)) => Err(StoreError::Rejected(format!(
+                "posting cancelled: {codes:?}"
+            ))),
+            _ => Err(StoreError::Transient(format!(
+                "posting cancelled: {codes:?}"
+            ))),
+        }
+    }
+
+    /// The account's balances and entries: one `Query` of its partition (consistent).
+    pub async fn journal(&self, account: &AccountId) -> Result<Journal, StoreError> {
+        let (pk, _) = sub_ledger_key(account);
+        let found: Vec<Item> = self
+            .client
+            .query()
+            .table_name(&self.config.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(pk))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(classify)?;
+        let mut journal = Journal::default();
+        for item in found {
+            match items::string(&item, items::SK) {
+                Some(BALANCES) => journal.balances = Some(from_item(item)?),
+                Some(sk) if sk.starts_with(ENTRY_PREFIX) => journal.entries.push(from_item(item)?),
+                _ => {}
+            }
+        }
+        Ok(journal)
+    }
+
+    /// Closes every day up to `through` for postings (all shards, one transaction): later
+    /// postings with an earlier business date go to the first open day. `false`: already
+    /// closed that far (nothing changes; a close never reopens a period).
+    pub async fn close_ledger_period(&self, through: NaiveDate) -> Result<bool, StoreError> {
+        let (now, _) = now_epoch();
+        let mut transaction = Vec::new();
+        for shard in 0..PERIOD_SHARDS {
+            let update = Update::builder()
+                .table_name(&self.config.table)
+                .set_key(Some(items::key_item(period_key(shard))))
+                .update_expression("SET #through = :through, #at = :now, #type = :type")
+                .condition_expression("attribute_not_exists(pk) OR #through < :through")
+                .expression_attribute_names("#through", CLOSED_THROUGH)
+                .expression_attribute_names("#at", "closedAt")
+                .expression_attribute_names("#type", items::ITEM_TYPE)
+                .expression_attribute_values(":through", s(through.to_string()))
+                .expression_attribute_values(":now", n(now))
+                .expression_attribute_values(":type", s("LEDGER_PERIOD"))
+                .build()
+                .map_err(invalid_request)?;
+            transaction.push(TransactWriteItem::builder().update(update).build());
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(transaction))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => match e.into_service_error() {
+                aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)
+                    if c.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed")) =>
+                {
+                    Ok(false)
+                }
+                other => Err(crate::errors::classify_service(other)),
+            },
+        }
+    }
+
+    /// Takes a sub-ledger off the reconciler's list once compared, if no posting came since
+    /// (`version` is the one compared). `false`: it moved on; it stays listed.
+    pub async fn mark_ledger_reconciled(
+        &self,
+        account: &AccountId,
+        version: u64,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(sub_ledger_key(account))))
+            .update_expression("REMOVE #shard, #since")
+            .condition_expression("#version = :version")
+            .expression_attribute_names("#shard", OPEN_SHARD)
+            .expression_attribute_names("#since", OPEN_SINCE)
+            .expression_attribute_names("#version", items::VERSION)
+            .expression_attribute_values(":version", n(version))
+            .send()
+            .await;
+        conditional_update(result)
+    }
+}
+
+/// A period shard item: every day up to `closedThrough` is closed.
+const CLOSED_THROUGH: &str = "closedThrough";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PeriodRecord {
+    closed_through: NaiveDate,
+}
