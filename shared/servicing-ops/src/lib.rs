@@ -10,6 +10,7 @@ pub mod actions;
 pub mod backfill;
 pub mod dlq;
 pub mod incident;
+pub mod ledger;
 pub mod money;
 pub mod parked;
 pub mod quarantine;

@@ -20,9 +20,8 @@ use servicing_domain::{AccountId, Currency, Fingerprint};
 use sha2::{Digest, Sha256};
 
 use crate::combine::Answer;
-use crate::errors::{classify, conditional_update, invalid_request, refuses_the_request};
+use crate::errors::{classify, invalid_request, refuses_the_request};
 use crate::items::{self, Item, n, s};
-use crate::open::{OPEN_SHARD, OPEN_SINCE, OpenKind};
 use crate::schema::{from_item, to_item};
 use crate::{ServicingStore, StoreError, now_epoch};
 
@@ -72,11 +71,6 @@ pub struct SubLedgerRecord {
     pub entries: u64,
     /// Epoch seconds of the last posting.
     pub posted_at: i64,
-    /// `OPEN#LEDGER#nn` while it has postings the daily reconciler has not compared yet.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub open_shard: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub open_since: Option<i64>,
 }
 
 impl SubLedgerRecord {
@@ -208,7 +202,6 @@ impl ServicingStore {
             .build()
             .map_err(invalid_request)?;
         let (pk, sk) = sub_ledger_key(account);
-        let [(_, shard), _] = OpenKind::Ledger.attributes(account.as_str(), now);
         let balances = SubLedgerRecord {
             pk,
             sk,
@@ -219,9 +212,6 @@ impl ServicingStore {
             balances: next.balances.clone(),
             entries: next.entries,
             posted_at: now,
-            // Open for the reconciler from its first posting after a comparison.
-            open_shard: shard.as_s().ok().cloned(),
-            open_since: Some(read.and_then(|r| r.open_since).unwrap_or(now)),
         };
         let balances = Put::builder()
             .table_name(&self.config.table)
@@ -349,29 +339,6 @@ impl ServicingStore {
                 other => Err(crate::errors::classify_service(other)),
             },
         }
-    }
-
-    /// Takes a sub-ledger off the reconciler's list once compared, if no posting came since
-    /// (`version` is the one compared). `false`: it moved on; it stays listed.
-    pub async fn mark_ledger_reconciled(
-        &self,
-        account: &AccountId,
-        version: u64,
-    ) -> Result<bool, StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.config.table)
-            .set_key(Some(items::key_item(sub_ledger_key(account))))
-            .update_expression("REMOVE #shard, #since")
-            .condition_expression("#version = :version")
-            .expression_attribute_names("#shard", OPEN_SHARD)
-            .expression_attribute_names("#since", OPEN_SINCE)
-            .expression_attribute_names("#version", items::VERSION)
-            .expression_attribute_values(":version", n(version))
-            .send()
-            .await;
-        conditional_update(result)
     }
 }
 

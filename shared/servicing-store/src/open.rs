@@ -35,14 +35,9 @@ pub enum OpenKind {
     Action,
     /// An API payment answered 202 and not yet confirmed applied (key: the operation id).
     Accepted,
-    /// An accounting sub-ledger with postings the daily reconciler has not compared with
-    /// servicing yet (key: the account id).
-    Ledger,
 }
 
 impl OpenKind {
-    /// The kinds items were written without before the index existed (what `ledgerctl open
-    /// backfill` looks for); sub-ledgers came later and always carry their keys.
     pub const ALL: [OpenKind; 3] = [OpenKind::Parked, OpenKind::Action, OpenKind::Accepted];
 
     pub fn as_str(self) -> &'static str {
@@ -50,7 +45,6 @@ impl OpenKind {
             OpenKind::Parked => "PARKED",
             OpenKind::Action => "ACTION",
             OpenKind::Accepted => "ACCEPTED",
-            OpenKind::Ledger => "LEDGER",
         }
     }
 
@@ -186,7 +180,6 @@ impl ServicingStore {
                 .expression_attribute_names("#answered", "responseStatus")
                 .expression_attribute_names("#confirmed", CONFIRMED_AT)
                 .expression_attribute_values(":accepted", n(202)),
-            OpenKind::Ledger => return Ok(false),
         };
         conditional_update(request.send().await)
     }

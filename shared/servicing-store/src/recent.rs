@@ -121,6 +121,11 @@ impl RecentFacts {
         self.0.len()
     }
 
+    /// When the newest listed fact was applied (epoch s): the account was written then.
+    pub fn newest_applied_at(&self) -> Option<i64> {
+        self.0.iter().map(|fact| fact.applied_at).max()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -1,3 +1,4 @@
 //! What `ledgerctl` renders that tests read too (the binary is `main.rs`).
 
 pub mod incident_html;
+pub mod ledger_backfill;

@@ -8,14 +8,16 @@
 //! - `state`, `reconcile`, `incident`: what is stored, whether it reconciles, what a window did.
 //! - `parked`, `quarantine`, `actions`, `payment`: look things up (`ops.rs`, `quarantine.rs`,
 //!   `runbook.rs`).
-//! - `send`, `close`, `quarantine redrive`, `dlq redrive`, `outbox republish`, `open backfill`:
-//!   change things;
+//! - `ledger show`: an account's accounting sub-ledger (`ledger.rs`).
+//! - `send`, `close`, `quarantine redrive`, `dlq redrive`, `outbox republish`, `open backfill`,
+//!   `ledger close`, `ledger backfill`: change things;
 //!   each has `--dry-run`.
 //!
 //! Exit status: 0 when the command did what it says and its invariant holds, 1 when not (or
 //! it failed), 2 for a command line it cannot parse.
 
 mod incident;
+mod ledger;
 mod ops;
 mod quarantine;
 mod replay;
@@ -88,6 +90,9 @@ enum Command {
     /// The open index (what the daily run reads): backfill items written before it.
     #[command(subcommand)]
     Open(ops::OpenCommand),
+    /// The accounting sub-ledger: an account's entries, closing periods, backfilling.
+    #[command(subcommand)]
+    Ledger(ledger::LedgerCommand),
     /// Close a business day by hand (the daily aging job's work, for a day the schedule
     /// missed): one BUSINESS_DAY_CLOSED per account in arrears; --dry-run lists them.
     Close(ops::CloseArgs),
@@ -135,6 +140,7 @@ fn main() -> ExitCode {
         Command::Send(args) => ops::send(&args, target),
         Command::Close(args) => ops::close(&args, target),
         Command::Open(command) => ops::open(&command, target),
+        Command::Ledger(command) => ledger::ledger(&command, json, target),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

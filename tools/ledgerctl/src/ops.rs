@@ -21,7 +21,9 @@ pub struct ReconcileArgs {
     source: Option<EventsFile>,
     /// Reconcile money instead: every API payment answered 202 applied; applied payments less
     /// reversals by source, currency and business date; suspected duplicates under different
-    /// identities. Exits 1 when something does not reconcile.
+    /// identities; the ledger's postings against all of that (every sub-ledger the sum of its
+    /// entries and equal to servicing, the trial balance zero). Exits 1 when something does
+    /// not reconcile.
     #[arg(long)]
     money: bool,
     /// With --money: a provider's settlement totals (CSV `source,date,currency,total`, e.g.
@@ -162,7 +164,19 @@ fn reconcile_money(args: &ReconcileArgs, target: &Target) -> anyhow::Result<bool
         for line in report.lines() {
             println!("{line}");
         }
-        Ok(report.holds())
+        // The third leg: what the ledger posted, against servicing (and so the settlements).
+        let ledger = servicing_ops::ledger::reconcile_ledger(
+            &target.dynamodb(),
+            &target.table,
+            &report.totals,
+            servicing_ops::epoch_seconds(),
+            args.grace_minutes * 60,
+        )
+        .await?;
+        for line in ledger.lines() {
+            println!("{line}");
+        }
+        Ok(report.holds() && ledger.holds())
     })
 }
 

@@ -1,0 +1,282 @@
+//! The ledger's leg of the money reconciliation (`ledgerctl reconcile --money`, the daily
+//! reconciler): provider settlements → servicing allocations → ledger postings.
+//!
+//! - every sub-ledger's stored balances are the sum of its entries (a balance is never an
+//!   independent number), and every entry balances;
+//! - every opened account's sub-ledger equals its servicing balances (`SubLedger::differences`):
+//!   principal, interest and fees receivable, customer credit, suspense at zero;
+//! - the trial balance (debits less credits over every sub-ledger) is zero per currency;
+//! - the cash the ledger took in and gave back per source system, currency and business date
+//!   equals servicing's applied payments and reversals for the same key (which the money
+//!   reconciliation compares with the provider's settlement file).
+//!
+//! Postings follow servicing by seconds (relay, bus, queue): an account touched within the
+//! grace is listed as in flight, not as a problem, and while any is, a difference by key is in
+//! flight too. One scan pass (loans, sub-ledgers, entries): an audit's read, like the money
+//! totals it sits beside.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use servicing_domain::journal::{LedgerAccount, SubLedger};
+use servicing_domain::outbox::detail_types;
+use servicing_store::items;
+use servicing_store::journal::{EntryRecord, SubLedgerRecord};
+use servicing_store::schema;
+
+use crate::money::{Key, Totals, minor};
+use crate::scan_types;
+
+/// What the ledger took in and gave back for one key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Posted {
+    pub payments: u64,
+    pub received_minor: i64,
+    pub reversals: u64,
+    pub returned_minor: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerReconciliation {
+    pub sub_ledgers: u64,
+    pub entries: u64,
+    /// Debits less credits over every sub-ledger, per currency: zero.
+    pub trial_balance: BTreeMap<String, i128>,
+    /// Per key: servicing's applied payments and reversals, and what the ledger posted.
+    pub by_key: BTreeMap<Key, (Totals, Posted)>,
+    /// Accounts touched within the grace (their differences are not problems yet).
+    pub in_flight: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+impl LedgerReconciliation {
+    pub fn holds(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        let balance: Vec<String> = self
+            .trial_balance
+            .iter()
+            .map(|(currency, total)| format!("{total} {currency}"))
+            .collect();
+        let mut out = vec![format!(
+            "ledger: {} sub-ledgers, {} entries, trial balance {}",
+            self.sub_ledgers,
+            self.entries,
+            if balance.is_empty() {
+                "0 (nothing posted)".to_owned()
+            } else {
+                balance.join(", ")
+            }
+        )];
+        for ((source, currency, date), (servicing, posted)) in &self.by_key {
+            out.push(format!(
+                "ledger {source} {currency} {date}: servicing {} = posted {} - {} = {}",
+                minor(servicing.net_minor()),
+                minor(posted.received_minor),
+                minor(posted.returned_minor),
+                minor(posted.received_minor - posted.returned_minor)
+            ));
+        }
+        for account in &self.in_flight {
+            out.push(format!("  in flight (touched within the grace): {account}"));
+        }
+        out.extend(self.problems.iter().map(|p| format!("LEDGER PROBLEM: {p}")));
+        out.push(
+            if self.holds() {
+                "ledger reconciles"
+            } else {
+                "ledger does NOT reconcile"
+            }
+            .into(),
+        );
+        out
+    }
+}
+
+/// Reconciles the ledger of `table` with servicing (`servicing`: the money reconciliation's
+/// totals by source, currency and date) at `now` (epoch s); an account touched less than
+/// `grace_secs` ago is in flight.
+pub async fn reconcile_ledger(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    servicing: &BTreeMap<Key, Totals>,
+    now: i64,
+    grace_secs: i64,
+) -> anyhow::Result<LedgerReconciliation> {
+    let mut found = scan_types(
+        client,
+        table,
+        &["LOAN", SubLedgerRecord::ITEM_TYPE, EntryRecord::ITEM_TYPE],
+    )
+    .await?;
+    let mut report = LedgerReconciliation::default();
+    let mut take = |item_type: &str| found.remove(item_type).unwrap_or_default();
+    let (loans, sub_ledgers, entries) = (
+        take("LOAN"),
+        take(SubLedgerRecord::ITEM_TYPE),
+        take(EntryRecord::ITEM_TYPE),
+    );
+
+    let mut stored: BTreeMap<String, SubLedgerRecord> = BTreeMap::new();
+    for item in sub_ledgers {
+        match schema::from_item::<SubLedgerRecord>(item) {
+            Ok(r) => {
+                stored.insert(r.account_id.clone(), r);
+            }
+            Err(e) => report
+                .problems
+                .push(format!("a sub-ledger does not decode: {e}")),
+        }
+    }
+    // Each account's entries summed again, and the cash they moved by key.
+    let mut summed: BTreeMap<String, SubLedger> = BTreeMap::new();
+    let mut posted: BTreeMap<Key, Posted> = BTreeMap::new();
+    for item in entries {
+        let posting = schema::from_item::<EntryRecord>(item)
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.posting().map_err(|e| e.to_string()));
+        let posting = match posting {
+            Ok(p) => p,
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("a journal entry does not decode: {e}"));
+                continue;
+            }
+        };
+        let entry = &posting.entry;
+        report.entries += 1;
+        let sub = summed
+            .entry(entry.account_id.as_str().to_owned())
+            .or_default();
+        if let Err(e) = sub.post(entry) {
+            report.problems.push(format!(
+                "entry {} on {} cannot be summed: {e}",
+                entry.entry_id, entry.account_id
+            ));
+        }
+        let cash = |debit: bool| -> i64 {
+            entry
+                .transfers
+                .iter()
+                .filter(|t| {
+                    matches!(
+                        if debit { &t.debit } else { &t.credit },
+                        LedgerAccount::CashClearing(_)
+                    )
+                })
+                .map(|t| t.amount_minor)
+                .sum()
+        };
+        let key = (
+            entry.trigger.system.clone(),
+            entry.currency.as_str().to_owned(),
+            entry.effective_at.date_naive(),
+        );
+        if entry.event_type == detail_types::PAYMENT_APPLIED {
+            let p = posted.entry(key).or_default();
+            p.payments += 1;
+            p.received_minor += cash(true);
+        } else if entry.event_type == detail_types::PAYMENT_REVERSED {
+            let p = posted.entry(key).or_default();
+            p.reversals += 1;
+            p.returned_minor += cash(false);
+        }
+    }
+
+    let mut in_flight: BTreeSet<String> = BTreeSet::new();
+    for (account, record) in &stored {
+        report.sub_ledgers += 1;
+        if now - record.posted_at < grace_secs {
+            in_flight.insert(account.clone());
+        }
+        let sum = summed.get(account).cloned().unwrap_or_default();
+        if sum != record.sub_ledger() {
+            report.problems.push(format!(
+                "sub-ledger {account}: stored balances {:?} ({} entries) are not the sum of its entries {:?} ({} entries)",
+                record.balances, record.entries, sum.balances, sum.entries
+            ));
+        }
+        if let Some(currency) = record.currency {
+            *report
+                .trial_balance
+                .entry(currency.as_str().to_owned())
+                .or_default() += record.sub_ledger().trial_balance();
+        }
+    }
+    for account in summed.keys().filter(|a| !stored.contains_key(*a)) {
+        report.problems.push(format!(
+            "entries posted on {account}, which has no sub-ledger"
+        ));
+    }
+    for (currency, total) in &report.trial_balance {
+        if *total != 0 {
+            report
+                .problems
+                .push(format!("the trial balance in {currency} is {total}, not 0"));
+        }
+    }
+
+    let mut differences = Vec::new();
+    for item in loans {
+        let loan = match items::loan_from_item(item) {
+            Ok(l) => l,
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("a loan item does not decode: {e}"));
+                continue;
+            }
+        };
+        // An account not opened yet holds only parked facts: nothing to post.
+        let Some(account) = &loan.account else {
+            continue;
+        };
+        let id = loan.account_id.as_str().to_owned();
+        if loan
+            .recent
+            .newest_applied_at()
+            .is_some_and(|at| now - at < grace_secs)
+        {
+            in_flight.insert(id.clone());
+        }
+        let ledger = stored
+            .get(&id)
+            .map(SubLedgerRecord::sub_ledger)
+            .unwrap_or_default();
+        let found = ledger.differences(account);
+        if !found.is_empty() {
+            differences.push((id, found));
+        }
+    }
+    for (id, found) in differences {
+        if !in_flight.contains(&id) {
+            report.problems.push(format!(
+                "sub-ledger {id} differs from servicing: {}",
+                found.join("; ")
+            ));
+        }
+    }
+
+    let keys: BTreeSet<&Key> = servicing.keys().chain(posted.keys()).collect();
+    for key in keys {
+        let s = servicing.get(key).copied().unwrap_or_default();
+        let p = posted.get(key).copied().unwrap_or_default();
+        if (s.applied_minor, s.reversed_minor) != (p.received_minor, p.returned_minor)
+            && in_flight.is_empty()
+        {
+            let (source, currency, date) = key;
+            report.problems.push(format!(
+                "{source} {currency} {date}: servicing applied {} less reversed {}, the ledger posted {} less {}",
+                minor(s.applied_minor),
+                minor(s.reversed_minor),
+                minor(p.received_minor),
+                minor(p.returned_minor)
+            ));
+        }
+        report.by_key.insert(key.clone(), (s, p));
+    }
+    report.in_flight = in_flight.into_iter().collect();
+    Ok(report)
+}

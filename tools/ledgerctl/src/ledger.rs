@@ -1,0 +1,178 @@
+//! `ledgerctl ledger show | close | backfill`: the accounting sub-ledger (`docs/ledger.md`).
+
+use chrono::NaiveDate;
+use ledger_postings::LedgerPostingsHandler;
+use servicing_domain::AccountId;
+use servicing_domain::journal::Posting;
+use servicing_ops::money::minor;
+use servicing_store::{ServicingStore, StoreConfig};
+
+use crate::ops::runtime;
+use crate::target::{Change, Target};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LedgerCommand {
+    /// An account's sub-ledger: its balances and every entry (posting date, business date,
+    /// what caused it, its transfers), e.g. `ledgerctl ledger show --account acc_1001`.
+    Show {
+        #[arg(long, value_parser = crate::account_id)]
+        account: AccountId,
+    },
+    /// Close the accounting periods up to a day: a later event dated in them is posted to the
+    /// first open day, its business date kept (a backdated posting). A close never reopens a
+    /// period. E.g. `ledgerctl ledger close --through 2026-11-30`.
+    Close {
+        /// The last day to close (UTC), e.g. `--through 2026-11-30`.
+        #[arg(long, value_name = "DATE")]
+        through: NaiveDate,
+        /// Say what would be closed; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        change: Change,
+    },
+    /// Post what servicing published that the ledger has not posted (a consumer added later,
+    /// or back after its queue's retention), through the ledger's own handler; other consumers
+    /// are not touched, and events already posted post nothing. Reads every fact's record (a
+    /// one-off). E.g. `ledgerctl ledger backfill --dry-run`.
+    Backfill {
+        /// Only these accounts' events, e.g. `--account acc_1001` (repeatable).
+        #[arg(long, value_parser = crate::account_id)]
+        account: Vec<AccountId>,
+        /// Count the events; post nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        change: Change,
+    },
+}
+
+pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::Result<bool> {
+    runtime()?.block_on(async {
+        let target = target.resolve(None).await?;
+        let store = ServicingStore::new(
+            target.dynamodb(),
+            StoreConfig::new(&target.table, ledger_postings::CONSUMER),
+        );
+        match command {
+            LedgerCommand::Show { account } => show(&store, account, json).await,
+            LedgerCommand::Close {
+                through,
+                dry_run,
+                change,
+            } => {
+                let operator = target.authorize(change, *dry_run).await?;
+                let closed = store.closed_through_any().await?;
+                if *dry_run {
+                    println!(
+                        "closed through {}; would close through {through} (dry run: nothing written)",
+                        closed.map_or("nothing".to_owned(), |d| d.to_string())
+                    );
+                    return Ok(true);
+                }
+                if store.close_ledger_period(*through).await? {
+                    println!("ledger closed through {through} (by {operator})");
+                    Ok(true)
+                } else {
+                    println!(
+                        "already closed through {} (a close never reopens a period): nothing changed",
+                        closed.map_or("?".to_owned(), |d| d.to_string())
+                    );
+                    Ok(false)
+                }
+            }
+            LedgerCommand::Backfill {
+                account,
+                dry_run,
+                change,
+            } => {
+                let operator = target.authorize(change, *dry_run).await?;
+                let accounts: Vec<String> = account.iter().map(|a| a.as_str().to_owned()).collect();
+                let events =
+                    ledgerctl::ledger_backfill::published_events(store.client(), &target.table, &accounts)
+                        .await?;
+                let handler = LedgerPostingsHandler::new(store.clone());
+                let done = ledgerctl::ledger_backfill::backfill(&handler, &events, *dry_run).await;
+                println!(
+                    "{}{} (by {operator})",
+                    done.line(),
+                    if *dry_run { " (dry run: nothing posted)" } else { "" }
+                );
+                Ok(done.failed == 0 && done.quarantined == 0)
+            }
+        }
+    })
+}
+
+async fn show(store: &ServicingStore, account: &AccountId, json: bool) -> anyhow::Result<bool> {
+    let journal = store.journal(account).await?;
+    let mut postings: Vec<Posting> = journal
+        .entries
+        .iter()
+        .map(|e| e.posting())
+        .collect::<Result<_, _>>()?;
+    postings.sort_by(|a, b| {
+        (a.posting_date, a.entry.effective_at, &a.entry.entry_id).cmp(&(
+            b.posting_date,
+            b.entry.effective_at,
+            &b.entry.entry_id,
+        ))
+    });
+    if json {
+        let out = serde_json::json!({
+            "accountId": account.as_str(),
+            "balances": journal.balances.as_ref().map(|b| &b.balances),
+            "currency": journal.balances.as_ref().and_then(|b| b.currency).map(|c| c.as_str().to_owned()),
+            "entries": postings,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(journal.balances.is_some());
+    }
+    let Some(balances) = &journal.balances else {
+        println!("{account}: nothing posted");
+        return Ok(false);
+    };
+    let currency = balances
+        .currency
+        .map(|c| c.as_str().to_owned())
+        .unwrap_or_default();
+    println!(
+        "{account} ({currency}), {} entries, version {}",
+        balances.entries, balances.version
+    );
+    for (code, balance) in &balances.balances {
+        println!("  {code:<32} {:>14}", minor(*balance));
+    }
+    for p in &postings {
+        let e = &p.entry;
+        let backdated = if p.posting_date != e.effective_at.date_naive() {
+            format!(
+                " (business date {}: its period was closed)",
+                e.effective_at.date_naive()
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "{} {} {} from {}{}{}",
+            p.posting_date,
+            e.entry_id,
+            e.event_type,
+            e.trigger,
+            e.reverses
+                .as_ref()
+                .map(|r| format!(", reverses {r}"))
+                .unwrap_or_default(),
+            backdated
+        );
+        for t in &e.transfers {
+            println!(
+                "    Dr {:<32} Cr {:<32} {:>12}",
+                t.debit.code(),
+                t.credit.code(),
+                minor(t.amount_minor)
+            );
+        }
+    }
+    Ok(true)
+}
