@@ -27,6 +27,7 @@ mod fault_sweep;
 mod golden;
 mod incident;
 mod lambda_path;
+mod ledger;
 mod money;
 mod operations;
 mod parking;

@@ -1,0 +1,589 @@
+//! The accounting sub-ledger (`ledger-postings`) on both engines: what servicing publishes,
+//! delivered in any order, many times, to several warm instances, posts exactly one balanced
+//! entry per event and a sub-ledger equal to servicing (and to the in-memory specification);
+//! a consumer's claims never make another skip or repeat its work; a closed period is never
+//! posted into; a ledger backfilled after the fact equals one that consumed live.
+
+use std::collections::{BTreeMap, HashSet};
+
+use integration_tests::servicing::{Servicing, sqs_message};
+use integration_tests::{Engine, Rng, record_figure};
+use ledger_postings::{CONSUMER, LedgerPostingsHandler, MessageResult};
+use serde_json::{Value, json};
+use servicing_domain::journal::{SubLedger, entry_of};
+use servicing_domain::{AccountId, Ledger};
+use servicing_ops::ledger::reconcile_ledger;
+use servicing_ops::money::{Grace, reconcile_money};
+use servicing_store::journal::PostOutcome;
+
+on_both_engines!(
+    when_servicing_events_reach_three_instances_in_any_order_and_many_times_should_post_each_once_and_equal_servicing,
+    when_one_stream_reaches_all_three_consumers_should_leave_each_its_own_work,
+    when_a_period_is_closed_should_post_later_events_of_it_to_the_first_open_day,
+    when_an_event_id_comes_back_with_another_detail_or_a_broken_body_should_quarantine_it,
+    when_half_is_consumed_live_and_the_rest_backfilled_should_equal_live_consumption,
+);
+
+/// Generated streams per engine for the property.
+const STREAMS: u64 = 4;
+
+/// The EventBridge envelope of each event servicing published (as the ledger's queue brings it).
+async fn published(servicing: &Servicing) -> Vec<String> {
+    servicing
+        .outbox_records()
+        .await
+        .iter()
+        .map(|e| {
+            json!({"source": e.source, "detail-type": e.detail_type, "detail": e.detail})
+                .to_string()
+        })
+        .collect()
+}
+
+/// Applies `bodies` through account-state, redelivering what it asks to retry.
+async fn serviced(servicing: &Servicing, bodies: &[String]) {
+    let handler = servicing.handler();
+    let mut queue: Vec<(String, String)> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (format!("s{i}"), b.clone()))
+        .collect();
+    for _ in 0..10 {
+        let mut again = Vec::new();
+        for chunk in queue.chunks(10) {
+            let messages: Vec<_> = chunk.iter().map(|(id, b)| sqs_message(id, b, 1)).collect();
+            for (id, result) in handler.process(&messages).await.results {
+                if matches!(result, account_state::MessageResult::Retry { .. }) {
+                    again.extend(chunk.iter().filter(|(m, _)| *m == id).cloned());
+                }
+            }
+        }
+        if again.is_empty() {
+            return;
+        }
+        queue = again;
+    }
+    panic!("account-state kept retrying");
+}
+
+fn ledger_handler(servicing: &Servicing) -> LedgerPostingsHandler {
+    LedgerPostingsHandler::new(servicing.store(CONSUMER))
+}
+
+/// Delivers `envelopes` in random batches of up to 10 to random `instances`, redelivering what
+/// they ask to retry; the results of the last delivery of each message.
+async fn post_all(
+    instances: &[LedgerPostingsHandler],
+    envelopes: &[String],
+    rng: &mut Rng,
+    run: &str,
+) -> Vec<MessageResult> {
+    let mut queue: Vec<(String, String)> = envelopes
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (format!("{run}-{i}"), b.clone()))
+        .collect();
+    let mut settled = Vec::new();
+    for _ in 0..20 {
+        let mut again = Vec::new();
+        while !queue.is_empty() {
+            let size = (1 + rng.below(10)).min(queue.len());
+            let batch: Vec<(String, String)> = queue.drain(..size).collect();
+            let messages: Vec<_> = batch.iter().map(|(id, b)| sqs_message(id, b, 1)).collect();
+            let instance = &instances[rng.below(instances.len())];
+            for ((id, result), (_, body)) in instance
+                .process_batch(&messages)
+                .await
+                .results
+                .into_iter()
+                .zip(&batch)
+            {
+                match result {
+                    MessageResult::Retry { .. } => again.push((id, body.clone())),
+                    other => settled.push(other),
+                }
+            }
+        }
+        if again.is_empty() {
+            return settled;
+        }
+        queue = again;
+    }
+    panic!("the ledger kept retrying");
+}
+
+/// What the specification says each account's sub-ledger is: every event the in-memory
+/// ledger published, posted once.
+fn expected(ledger: &Ledger) -> BTreeMap<String, SubLedger> {
+    let mut out: BTreeMap<String, SubLedger> = BTreeMap::new();
+    let mut posted = HashSet::new();
+    for event in ledger.outbox() {
+        if let Some(entry) = entry_of(&event.detail()).expect("postable")
+            && posted.insert(entry.entry_id.clone())
+        {
+            out.entry(entry.account_id.as_str().to_owned())
+                .or_default()
+                .post(&entry)
+                .expect("posts");
+        }
+    }
+    out
+}
+
+async fn stored(servicing: &Servicing, account: &str) -> SubLedger {
+    servicing
+        .store(CONSUMER)
+        .sub_ledger(&AccountId::parse(account).expect("id"))
+        .await
+        .expect("read")
+        .map(|r| r.sub_ledger())
+        .unwrap_or_default()
+}
+
+/// The whole money reconciliation, ledger included, with no grace: (holds, its lines).
+async fn reconciled(servicing: &Servicing) -> (bool, Vec<String>) {
+    let now = servicing_ops::epoch_seconds();
+    let grace = Grace {
+        accepted_secs: 0,
+        action_secs: 3600,
+    };
+    let money = reconcile_money(&servicing.client, &servicing.table, &[], now, grace)
+        .await
+        .expect("money");
+    let ledger = reconcile_ledger(&servicing.client, &servicing.table, &money.totals, now, 0)
+        .await
+        .expect("ledger");
+    let mut lines = money.lines();
+    lines.extend(ledger.lines());
+    (ledger.holds(), lines)
+}
+
+/// Every copy of each envelope (1 to 3), the copies spread anywhere.
+fn scattered(rng: &mut Rng, envelopes: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in envelopes {
+        for _ in 0..1 + rng.below(3) {
+            out.push(e.clone());
+        }
+    }
+    for i in (1..out.len()).rev() {
+        out.swap(i, rng.below(i + 1));
+    }
+    out
+}
+
+async fn when_servicing_events_reach_three_instances_in_any_order_and_many_times_should_post_each_once_and_equal_servicing(
+    engine: Engine,
+) {
+    let mut cases = 0;
+    for seed in 0..STREAMS {
+        let mut rng = Rng(seed * 6_151 + 11);
+        let accounts: Vec<String> = (0..3).map(|a| format!("acc_lg{seed}_{a}")).collect();
+        let (spec, bodies) =
+            integration_tests::generate::ordering_case(&mut rng, &accounts, seed % 2 == 0);
+        let servicing = Servicing::new(engine).await;
+        serviced(&servicing, &bodies).await;
+        let envelopes = published(&servicing).await;
+        let instances: Vec<_> = (0..3).map(|_| ledger_handler(&servicing)).collect();
+        let delivered = scattered(&mut rng, &envelopes);
+        let results = post_all(&instances, &delivered, &mut rng, "l").await;
+
+        let context = format!("{engine:?}, stream {seed}");
+        let money_events = envelopes
+            .iter()
+            .filter(|e| {
+                let v: Value = serde_json::from_str(e).expect("json");
+                entry_of(&v["detail"]).expect("postable").is_some()
+            })
+            .count();
+        let posted = results
+            .iter()
+            .filter(|r| matches!(r, MessageResult::Posted { .. }))
+            .count();
+        assert_eq!(
+            posted, money_events,
+            "{context}: one posting per money event"
+        );
+        assert!(
+            results
+                .iter()
+                .all(|r| !matches!(r, MessageResult::Quarantined { .. })),
+            "{context}: {results:?}"
+        );
+        let spec_ledgers = expected(&spec);
+        for account in &accounts {
+            assert_eq!(
+                stored(&servicing, account).await,
+                spec_ledgers.get(account).cloned().unwrap_or_default(),
+                "{context}: {account} against the specification"
+            );
+        }
+        let (holds, lines) = reconciled(&servicing).await;
+        assert!(holds, "{context}:\n{}", lines.join("\n"));
+        cases += 1;
+    }
+    record_figure(&format!(
+        "ledger: {cases} generated streams x 3 accounts, each event delivered 1-3 times to 3 instances, per engine ({engine:?})"
+    ));
+}
+
+async fn when_one_stream_reaches_all_three_consumers_should_leave_each_its_own_work(
+    engine: Engine,
+) {
+    use wiremock::{Mock, MockServer, ResponseTemplate, matchers::method};
+    let servicing = Servicing::new(engine).await;
+    // account-state: the delinquent sample, every fact twice.
+    let bodies: Vec<String> = integration_tests::servicing::fixture("delinquent.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .flat_map(|l| [l.to_owned(), l.to_owned()])
+        .collect();
+    serviced(&servicing, &bodies).await;
+    let envelopes = published(&servicing).await;
+    // In business order: a cure seen before the worsening it follows supersedes its notice.
+    let mut changes: Vec<&String> = envelopes
+        .iter()
+        .filter(|e| e.contains("\"DelinquencyChanged\""))
+        .collect();
+    changes.sort_by_key(|e| {
+        let v: Value = serde_json::from_str(e).expect("json");
+        v["detail"]["occurredAt"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    });
+    assert!(!changes.is_empty(), "the sample moves buckets");
+
+    // The ledger first, each event three times, one broken copy quarantined among them.
+    let ledger = ledger_handler(&servicing);
+    let mut rng = Rng(5);
+    let mut first = Vec::new();
+    for e in &envelopes {
+        first.extend([e.clone(), e.clone(), e.clone()]);
+    }
+    first.push(
+        json!({"detail-type": "PaymentApplied", "detail": {"eventType": "PaymentApplied"}})
+            .to_string(),
+    );
+    let results = post_all(&[ledger], &first, &mut rng, "first").await;
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| matches!(r, MessageResult::Quarantined { .. }))
+            .count(),
+        1
+    );
+
+    // Collections afterwards: the ledger's claims of the same events make it skip nothing.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&server)
+        .await;
+    let notifier = collections::Notifier::new(
+        &format!("{}/notify", server.uri()),
+        collections::CALL_TIMEOUT,
+    )
+    .expect("notifier");
+    let collections =
+        collections::CollectionsHandler::new(servicing.store(collections::CONSUMER), notifier);
+    for (i, change) in changes.iter().enumerate() {
+        for n in 0..2 {
+            let message = sqs_message(&format!("c{i}-{n}"), change, 1);
+            collections.process(&[message]).await;
+        }
+    }
+    let calls = server.received_requests().await.expect("recorded");
+    let keys: HashSet<String> = calls
+        .iter()
+        .filter_map(|r| r.headers.get("idempotency-key"))
+        .map(|v| v.to_str().expect("ascii").to_owned())
+        .collect();
+    assert!(
+        !calls.is_empty(),
+        "{engine:?}: collections did its work after the ledger"
+    );
+    assert_eq!(calls.len(), keys.len(), "{engine:?}: one call per action");
+
+    // A replay of everything to account-state and to the ledger repeats nothing.
+    serviced(&servicing, &bodies).await;
+    assert_eq!(published(&servicing).await.len(), envelopes.len());
+    let again = post_all(&[ledger_handler(&servicing)], &envelopes, &mut rng, "again").await;
+    assert!(
+        again
+            .iter()
+            .all(|r| matches!(r, MessageResult::Duplicate | MessageResult::Ignored)),
+        "{engine:?}: {again:?}"
+    );
+    let (holds, lines) = reconciled(&servicing).await;
+    assert!(holds, "{engine:?}:\n{}", lines.join("\n"));
+    // And collections' work was not repeated by the ledger's replay.
+    assert_eq!(
+        server.received_requests().await.expect("recorded").len(),
+        calls.len()
+    );
+}
+
+fn money_event(account: &str, id: &str, event_type: &str, day: &str, extra: Value) -> String {
+    let mut detail = json!({"eventId": id, "eventType": event_type, "accountId": account,
+        "occurredAt": format!("{day}T12:00:00Z"), "currency": "EUR",
+        "trigger": {"sourceSystem": "core", "sourceEventId": id}});
+    for (k, v) in extra.as_object().expect("object") {
+        detail[k] = v.clone();
+    }
+    json!({"source": "servicing.account-state", "detail-type": event_type, "detail": detail})
+        .to_string()
+}
+
+async fn deliver(handler: &LedgerPostingsHandler, id: &str, body: &str) -> MessageResult {
+    let report = handler.process_batch(&[sqs_message(id, body, 1)]).await;
+    report.results[0].1.clone()
+}
+
+async fn when_a_period_is_closed_should_post_later_events_of_it_to_the_first_open_day(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = ledger_handler(&servicing);
+    let store = servicing.store(CONSUMER);
+    let account = "acc_period";
+    let date = |d: &str| d.parse::<chrono::NaiveDate>().expect("date");
+    let fee = money_event(
+        account,
+        "evt_fee",
+        "FeeAssessed",
+        "2026-09-10",
+        json!({"amountMinor": 500}),
+    );
+    assert_eq!(
+        deliver(&handler, "m1", &fee).await,
+        MessageResult::Posted {
+            posting_date: date("2026-09-10")
+        }
+    );
+    assert!(
+        store
+            .close_ledger_period(date("2026-09-30"))
+            .await
+            .expect("close")
+    );
+    // A close never reopens: an earlier one changes nothing.
+    assert!(
+        !store
+            .close_ledger_period(date("2026-09-20"))
+            .await
+            .expect("close")
+    );
+    assert_eq!(
+        store.closed_through_any().await.expect("read"),
+        Some(date("2026-09-30"))
+    );
+
+    // This handler read the periods before the close (its cache says open): the commit's check
+    // refuses the closed day, it reads again and posts to the first open day.
+    let interest = money_event(
+        account,
+        "evt_int",
+        "InterestAccrued",
+        "2026-09-15",
+        json!({"amountMinor": 700}),
+    );
+    assert_eq!(
+        deliver(&handler, "m2", &interest).await,
+        MessageResult::Posted {
+            posting_date: date("2026-10-01")
+        },
+        "{engine:?}: backdated, never into the closed period"
+    );
+    assert_eq!(
+        deliver(&handler, "m3", &fee).await,
+        MessageResult::Duplicate
+    );
+    let journal = store
+        .journal(&AccountId::parse(account).expect("id"))
+        .await
+        .expect("journal");
+    let by_id: BTreeMap<String, (chrono::NaiveDate, chrono::NaiveDate)> = journal
+        .entries
+        .iter()
+        .map(|e| {
+            let p = e.posting().expect("posting");
+            (
+                p.entry.entry_id.clone(),
+                (p.posting_date, p.entry.effective_at.date_naive()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_id,
+        BTreeMap::from([
+            (
+                "evt_fee".to_owned(),
+                (date("2026-09-10"), date("2026-09-10"))
+            ),
+            (
+                "evt_int".to_owned(),
+                (date("2026-10-01"), date("2026-09-15"))
+            ),
+        ])
+    );
+    let balances = journal.balances.expect("balances");
+    assert_eq!(balances.entries, 2);
+    assert_eq!(balances.balances["1120:fees_receivable"], 500);
+    assert_eq!(balances.balances["1110:interest_receivable"], 700);
+}
+
+async fn when_an_event_id_comes_back_with_another_detail_or_a_broken_body_should_quarantine_it(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = ledger_handler(&servicing);
+    let account = "acc_collide";
+    let fee = money_event(
+        account,
+        "evt_fee",
+        "FeeAssessed",
+        "2026-09-10",
+        json!({"amountMinor": 500}),
+    );
+    let other = money_event(
+        account,
+        "evt_fee",
+        "FeeAssessed",
+        "2026-09-10",
+        json!({"amountMinor": 900}),
+    );
+    assert!(matches!(
+        deliver(&handler, "m1", &fee).await,
+        MessageResult::Posted { .. }
+    ));
+    let before = stored(&servicing, account).await;
+    match deliver(&handler, "m2", &other).await {
+        MessageResult::Quarantined { code, reason } => {
+            assert_eq!(code, ledger_postings::COLLISION);
+            assert!(reason.contains("evt_fee"), "{reason}");
+        }
+        other => panic!("{engine:?}: {other:?}"),
+    }
+    let unbalanced = money_event(
+        account,
+        "evt_pay",
+        "PaymentApplied",
+        "2026-09-11",
+        json!({"amountMinor": 1000, "payment": {"sourceSystem": "psp", "sourceEventId": "p1"},
+            "allocation": {"fees": 0, "interest": 0, "principal": 900, "credit": 0}}),
+    );
+    match deliver(&handler, "m3", &unbalanced).await {
+        MessageResult::Quarantined { code, reason } => {
+            assert_eq!(code, ledger_postings::INVALID_EVENT);
+            assert!(reason.contains("does not add up"), "{reason}");
+        }
+        other => panic!("{engine:?}: {other:?}"),
+    }
+    assert_eq!(
+        stored(&servicing, account).await,
+        before,
+        "{engine:?}: nothing moved"
+    );
+    let held = servicing.quarantine().await;
+    let ours: Vec<_> = held.iter().filter(|q| q.consumer == CONSUMER).collect();
+    assert_eq!(ours.len(), 2, "{engine:?}: {held:?}");
+    assert!(
+        ours.iter().all(|q| !q.raw_body.is_empty()),
+        "the raw body is kept"
+    );
+
+    // The store says the same without the handler: the entry's key is the claim.
+    let journal = servicing
+        .store(CONSUMER)
+        .journal(&AccountId::parse(account).expect("id"))
+        .await
+        .expect("journal");
+    let read = journal.balances.clone();
+    let posting = journal.entries[0].posting().expect("posting");
+    let mut next = read.as_ref().expect("balances").sub_ledger();
+    next.post(&posting.entry).expect("posts");
+    let outcome = servicing
+        .store(CONSUMER)
+        .post_entry(
+            &posting,
+            &servicing_domain::Fingerprint::from_stored(journal.entries[0].fingerprint.clone()),
+            read.as_ref(),
+            &next,
+        )
+        .await
+        .expect("answer");
+    assert_eq!(outcome, PostOutcome::Duplicate);
+}
+
+async fn when_half_is_consumed_live_and_the_rest_backfilled_should_equal_live_consumption(
+    engine: Engine,
+) {
+    let mut rng = Rng(99);
+    let accounts: Vec<String> = (0..3).map(|a| format!("acc_bf_{a}")).collect();
+    let (spec, bodies) = integration_tests::generate::ordering_case(&mut rng, &accounts, true);
+    // Two tables, the same servicing stream: one ledger consumes everything live, the other
+    // half live and the rest by the backfill.
+    let live = Servicing::new(engine).await;
+    let late = Servicing::new(engine).await;
+    serviced(&live, &bodies).await;
+    serviced(&late, &bodies).await;
+    let envelopes = published(&live).await;
+    post_all(&[ledger_handler(&live)], &envelopes, &mut rng, "live").await;
+    let half = &published(&late).await[..envelopes.len() / 2];
+    post_all(&[ledger_handler(&late)], half, &mut rng, "half").await;
+
+    let events = ledgerctl::ledger_backfill::published_events(&late.client, &late.table, &[])
+        .await
+        .expect("events");
+    let done = ledgerctl::ledger_backfill::backfill(&ledger_handler(&late), &events, false).await;
+    assert_eq!(
+        (done.failed, done.quarantined),
+        (0, 0),
+        "{engine:?}: {}",
+        done.line()
+    );
+    assert!(
+        done.already_posted > 0 && done.posted > 0,
+        "{engine:?}: {}",
+        done.line()
+    );
+
+    let spec_ledgers = expected(&spec);
+    for account in &accounts {
+        let id = AccountId::parse(account).expect("id");
+        let entries = |s: &Servicing| {
+            let store = s.store(CONSUMER);
+            let id = id.clone();
+            async move {
+                let journal = store.journal(&id).await.expect("journal");
+                let mut out: Vec<_> = journal
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        let p = e.posting().expect("posting");
+                        (p.entry, p.posting_date)
+                    })
+                    .collect();
+                out.sort_by(|a, b| a.0.entry_id.cmp(&b.0.entry_id));
+                (journal.balances.map(|b| b.sub_ledger()), out)
+            }
+        };
+        let (live_balances, live_entries) = entries(&live).await;
+        let (late_balances, late_entries) = entries(&late).await;
+        assert_eq!(
+            late_entries, live_entries,
+            "{engine:?}: {account}'s entries"
+        );
+        assert_eq!(
+            late_balances, live_balances,
+            "{engine:?}: {account}'s balances"
+        );
+        assert_eq!(
+            late_balances.unwrap_or_default(),
+            spec_ledgers.get(account).cloned().unwrap_or_default()
+        );
+    }
+    let (holds, lines) = reconciled(&late).await;
+    assert!(holds, "{engine:?}:\n{}", lines.join("\n"));
+}
