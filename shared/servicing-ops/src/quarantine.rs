@@ -63,7 +63,12 @@ impl Quarantined {
 }
 
 /// The consumers that quarantine: the first part of every quarantine partition's key.
-pub const QUARANTINING: [&str; 3] = ["account-state", "collections", "outbox-relay"];
+pub const QUARANTINING: [&str; 4] = [
+    "account-state",
+    "collections",
+    "ledger-postings",
+    "outbox-relay",
+];
 
 /// The most days one listing queries (a year and a bit: beyond, `--all`).
 pub const MAX_DAYS: i64 = 400;

@@ -75,7 +75,7 @@ pub struct PaymentArgs {
 /// Which dead-letter queue: a name of the stack's, or a URL.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DlqArg {
-    /// `servicing`, `collections`, `relay` (the relay's failure queue: batch metadata, not
+    /// `servicing`, `collections`, `ledger`, `relay` (the relay's failure queue: batch metadata, not
     /// redrivable — use `outbox republish`), or a queue URL.
     #[arg(value_name = "DLQ")]
     dlq: String,
@@ -306,10 +306,13 @@ fn dlq_urls(
     let (dlq, back) = match name {
         "servicing" => ("ServicingDeadLetterQueueUrl", Some("ServicingQueueUrl")),
         "collections" => ("CollectionsDeadLetterQueueUrl", Some("CollectionsQueueUrl")),
+        "ledger" => ("LedgerDeadLetterQueueUrl", Some("LedgerQueueUrl")),
         "relay" => ("RelayFailureQueueUrl", None),
         url if url.starts_with("http") => return Ok((url.to_owned(), None)),
         other => {
-            anyhow::bail!("{other:?}: name a DLQ as servicing, collections, relay, or give its URL")
+            anyhow::bail!(
+                "{other:?}: name a DLQ as servicing, collections, ledger, relay, or give its URL"
+            )
         }
     };
     let url = output(dlq).ok_or_else(|| {
