@@ -324,7 +324,13 @@ async fn when_one_stream_reaches_all_three_consumers_should_leave_each_its_own_w
     );
 }
 
-fn money_event(account: &str, id: &str, event_type: &str, day: &str, extra: Value) -> String {
+pub(crate) fn money_event(
+    account: &str,
+    id: &str,
+    event_type: &str,
+    day: &str,
+    extra: Value,
+) -> String {
     let mut detail = json!({"eventId": id, "eventType": event_type, "accountId": account,
         "occurredAt": format!("{day}T12:00:00Z"), "currency": "EUR",
         "trigger": {"sourceSystem": "core", "sourceEventId": id}});

@@ -21,6 +21,7 @@ on_both_engines!(
     when_the_payments_api_runs_should_touch_only_what_its_role_declares,
     when_the_reconciler_runs_should_touch_only_what_its_role_declares,
     when_collections_runs_should_touch_only_what_its_role_declares,
+    when_ledger_postings_runs_should_touch_only_what_its_role_declares,
 );
 
 type Access = BTreeSet<(String, String)>;
@@ -267,4 +268,48 @@ async fn when_collections_runs_should_touch_only_what_its_role_declares(engine: 
     assert_eq!(receiver.keys().len(), 1, "one notice");
     handler.process(&[sqs_message("bad", "{not json", 1)]).await;
     assert_declared("CollectionsFunction", engine, &plan.access());
+}
+
+/// Postings (the balances and the closed periods read, the entry and balances put with the
+/// period's check), a duplicate, a collision quarantined.
+async fn when_ledger_postings_runs_should_touch_only_what_its_role_declares(engine: Engine) {
+    use ledger_postings::{CONSUMER, LedgerPostingsHandler, MessageResult};
+    let servicing = Servicing::new(engine).await;
+    let plan = FaultPlan::default();
+    let handler = LedgerPostingsHandler::new(servicing.faulty_store(CONSUMER, &plan));
+    let a = "acc_iam_ledger";
+    let fee = crate::ledger::money_event(
+        a,
+        "evt_iam_fee",
+        "FeeAssessed",
+        "2026-09-10",
+        json!({"amountMinor": 500}),
+    );
+    let other = crate::ledger::money_event(
+        a,
+        "evt_iam_fee",
+        "FeeAssessed",
+        "2026-09-10",
+        json!({"amountMinor": 600}),
+    );
+    let mut results = Vec::new();
+    for (id, body) in [("f1", &fee), ("f2", &fee), ("f3", &other)] {
+        results.extend(
+            handler
+                .process_batch(&[sqs_message(id, body, 1)])
+                .await
+                .results,
+        );
+    }
+    let results: Vec<MessageResult> = results.into_iter().map(|(_, r)| r).collect();
+    assert!(
+        matches!(results[0], MessageResult::Posted { .. }),
+        "{results:?}"
+    );
+    assert_eq!(results[1], MessageResult::Duplicate);
+    assert!(
+        matches!(results[2], MessageResult::Quarantined { .. }),
+        "{results:?}"
+    );
+    assert_declared("LedgerPostingsFunction", engine, &plan.access());
 }

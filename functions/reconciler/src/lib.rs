@@ -72,10 +72,12 @@ pub struct RunCounts {
     /// Applied payments sharing a content key under different identities, the second applied
     /// in the window (for a person).
     pub suspected_duplicates: u64,
+    /// What the ledger's leg of the reconciliation found (`servicing_ops::ledger`).
+    pub ledger_problems: u64,
 }
 
 impl RunCounts {
-    pub fn metrics(&self) -> [(&'static str, u64); 9] {
+    pub fn metrics(&self) -> [(&'static str, u64); 10] {
         [
             ("ReconciliationProblems", self.reconciliation_problems),
             ("ReconciledApplied", self.reconciled_applied),
@@ -86,6 +88,7 @@ impl RunCounts {
             ("AcceptedConfirmed", self.accepted_confirmed),
             ("ActionsPendingTooLong", self.actions_pending_too_long),
             ("SuspectedDuplicates", self.suspected_duplicates),
+            ("LedgerProblems", self.ledger_problems),
         ]
     }
 }
@@ -160,6 +163,22 @@ pub async fn run_at(
     )
     .await?;
     problems.extend(money.unreadable.iter().cloned());
+    // The ledger against servicing: accounts touched within the grace are still in flight.
+    let ledger = servicing_ops::ledger::reconcile_ledger(
+        store.client(),
+        &config.table,
+        &money.totals,
+        now,
+        servicing_ops::money::Grace::default().accepted_secs,
+    )
+    .await?;
+    for problem in &ledger.problems {
+        tracing::error!(
+            alert = "ledger_mismatch",
+            problem,
+            "the ledger does not reconcile"
+        );
+    }
     // Applied API payments leave the open index: tomorrow's run reads only what is still open.
     let (confirmed, unconfirmed) = servicing_ops::money::confirm_applied(store, &money).await;
     problems.extend(unconfirmed);
@@ -199,11 +218,13 @@ pub async fn run_at(
             .iter()
             .filter(|d| d.second_claimed_at >= now - window_secs)
             .count() as u64,
+        ledger_problems: ledger.problems.len() as u64,
     };
     servicing_telemetry::emit("reconciler", &counts.metrics());
     Ok(json!({
         // A suspected duplicate new in the window needs a person: the run does not hold.
-        "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty() && counts.suspected_duplicates == 0,
+        "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty() && counts.suspected_duplicates == 0 && ledger.holds(),
+        "ledgerProblems": ledger.problems,
         "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
         "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),
         "acceptedConfirmed": confirmed,
