@@ -33,7 +33,7 @@ API_SAMPLE = "api"
 API_ACCOUNT = "acc_9001"
 # (Idempotency-Key, amount, times sent): retries must not pay twice.
 API_PAYMENTS = [("demo-pay-1", 12_000, 3), ("demo-pay-2", 3_000, 2)]
-FUNCTIONS = ["account-state", "outbox-relay", "collections", "payments-api", "reconciler", "aging"]
+FUNCTIONS = ["account-state", "outbox-relay", "collections", "ledger-postings", "payments-api", "reconciler", "aging"]
 
 
 def step(message: str) -> None:
@@ -74,6 +74,8 @@ def parameters(notification_url: str) -> dict[str, str]:
         # anomaly alarm) and has no AWS::CloudWatch::InsightRule or AWS::Athena::NamedQuery.
         "CreateDuplicateInsights": "false",
         "CreateEvidenceQueries": "false",
+        # No AWS::Events::Archive either: the run backfills with ledgerctl ledger backfill.
+        "CreateEventArchive": "false",
     }
 
 
@@ -235,12 +237,12 @@ def actions_by_status(table: str) -> dict[str, int]:
 
 
 def wait_quiet(outputs: dict[str, str], expected_claims: int, quiet_polls: int = 4) -> None:
-    """Quiet = both queues empty, every fact claimed, and nothing moving for a few polls."""
-    queues = [outputs["ServicingQueueUrl"], outputs["CollectionsQueueUrl"]]
+    """Quiet = every queue empty, every fact claimed, and nothing moving for a few polls."""
+    queues = [outputs["ServicingQueueUrl"], outputs["CollectionsQueueUrl"], outputs["LedgerQueueUrl"]]
     deadline, calm, last = time.time() + 180, 0, None
     while time.time() < deadline:
         snapshot = (tuple(pending(q) for q in queues), sum(claims_by_verdict(outputs["ServicingTableName"]).values()), len(Receiver.calls))
-        if snapshot[0] == (0, 0) and snapshot[1] >= expected_claims and snapshot == last:
+        if not any(snapshot[0]) and snapshot[1] >= expected_claims and snapshot == last:
             calm += 1
             if calm >= quiet_polls:
                 return
@@ -477,12 +479,26 @@ def main() -> int:
     )
     print("   " + (dry.stdout.strip().splitlines() or [dry.stderr.strip()])[-1])
     ok &= dry.returncode == 0
-    step("money (ledgerctl reconcile --money): every accepted API payment applied; applied less reversals by source, currency and date")
+    step("money (ledgerctl reconcile --money): every accepted API payment applied; applied less reversals by source, currency and date; "
+         "the ledger: every sub-ledger the sum of its entries and equal to servicing, the trial balance zero, cash posted = applied")
     money = subprocess.run(
         ["cargo", "run", "--quiet", "--locked", "-p", "ledgerctl", "--", "reconcile", "--table", table, "--money", "--grace-minutes", "0"],
         cwd=ROOT,
     )
     ok &= money.returncode == 0
+    step(f"the accounting sub-ledger of {API_ACCOUNT} (ledgerctl ledger show), and a backfill over what was posted live (posts nothing)")
+    shown = subprocess.run(
+        ["cargo", "run", "--quiet", "--locked", "-p", "ledgerctl", "--", "ledger", "show", "--table", table, "--account", API_ACCOUNT],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    for line in shown.stdout.strip().splitlines():
+        print(f"   {line}")
+    backfill = subprocess.run(
+        ["cargo", "run", "--quiet", "--locked", "-p", "ledgerctl", "--", "ledger", "backfill", "--table", table],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    print("   " + (backfill.stdout.strip().splitlines() or [backfill.stderr.strip()])[-1])
+    ok &= shown.returncode == 0 and backfill.returncode == 0 and " 0 posted now," in backfill.stdout
     step("a fresh shell, as the README has operators do it: source .local/env && target/debug/ledgerctl --json actions list --all")
     # Nothing of this process's environment but PATH and HOME: .local/env alone must aim it.
     shell = subprocess.run(
