@@ -27,6 +27,10 @@ for order in interleaved fifo; do
   target/bench-local/loadgen --order "$order" "$@"
 done
 
+echo "== cost per posted event: ledger-postings (DynamoDB Local), 200 accounts x 5 facts, 20 % redelivered"
+cargo build --quiet --locked --profile bench-local -p bench --bin ledgerload
+target/bench-local/ledgerload --accounts 200
+
 echo "== what the daily jobs and listings read as history grows 10x under the same day (DynamoDB Local)"
 cargo build --quiet --locked --profile bench-local -p bench --bin reconcile_load
 # (the payments API's decision records, printed on stdout as in Lambda, are left out)

@@ -22,6 +22,7 @@ on_both_engines!(
     when_a_period_is_closed_should_post_later_events_of_it_to_the_first_open_day,
     when_an_event_id_comes_back_with_another_detail_or_a_broken_body_should_quarantine_it,
     when_half_is_consumed_live_and_the_rest_backfilled_should_equal_live_consumption,
+    when_the_ledger_is_out_of_step_with_servicing_should_name_each_problem,
 );
 
 /// Generated streams per engine for the property.
@@ -592,4 +593,61 @@ async fn when_half_is_consumed_live_and_the_rest_backfilled_should_equal_live_co
     }
     let (holds, lines) = reconciled(&late).await;
     assert!(holds, "{engine:?}:\n{}", lines.join("\n"));
+}
+
+async fn when_the_ledger_is_out_of_step_with_servicing_should_name_each_problem(engine: Engine) {
+    use integration_tests::generate::{fee, open, pay};
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_out_of_step";
+    let bodies: Vec<String> = [open(a), fee(a, "fee-1", 3, 700), pay(a, "pay-1", 4, 5_000)]
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    serviced(&servicing, &bodies).await;
+    let (payments, others): (Vec<String>, Vec<String>) = published(&servicing)
+        .await
+        .into_iter()
+        .partition(|e| e.contains("\"PaymentApplied\""));
+    let handler = ledger_handler(&servicing);
+    let mut rng = Rng(3);
+    post_all(std::slice::from_ref(&handler), &others, &mut rng, "o").await;
+
+    // The payment not posted: its account and its cash by source, currency and date differ.
+    let (holds, lines) = reconciled(&servicing).await;
+    let text = lines.join("\n");
+    assert!(!holds, "{engine:?}:\n{text}");
+    assert!(
+        text.contains(&format!("sub-ledger {a} differs from servicing")),
+        "{text}"
+    );
+    assert!(text.contains("the ledger posted 0.00"), "{text}");
+    assert!(text.contains("ledger does NOT reconcile"), "{text}");
+
+    post_all(std::slice::from_ref(&handler), &payments, &mut rng, "p").await;
+    let (holds, lines) = reconciled(&servicing).await;
+    assert!(holds, "{engine:?}:\n{}", lines.join("\n"));
+    assert!(lines.iter().any(|l| l == "ledger reconciles"));
+
+    // A balance changed behind the entries' back: no longer their sum, nor servicing's.
+    let (pk, sk) = servicing_store::journal::sub_ledger_key(&AccountId::parse(a).expect("id"));
+    servicing
+        .client
+        .update_item()
+        .table_name(&servicing.table)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk))
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(sk))
+        .update_expression("SET balances.#fees = balances.#fees + :one")
+        .expression_attribute_names("#fees", "1120:fees_receivable")
+        .expression_attribute_values(
+            ":one",
+            aws_sdk_dynamodb::types::AttributeValue::N("1".into()),
+        )
+        .send()
+        .await
+        .expect("tampered");
+    let (holds, lines) = reconciled(&servicing).await;
+    let text = lines.join("\n");
+    assert!(!holds, "{engine:?}:\n{text}");
+    assert!(text.contains("are not the sum of its entries"), "{text}");
+    assert!(text.contains("trial balance in EUR is 1, not 0"), "{text}");
 }

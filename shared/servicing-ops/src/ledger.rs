@@ -70,12 +70,20 @@ impl LedgerReconciliation {
             }
         )];
         for ((source, currency, date), (servicing, posted)) in &self.by_key {
+            let net = posted.received_minor - posted.returned_minor;
             out.push(format!(
-                "ledger {source} {currency} {date}: servicing {} = posted {} - {} = {}",
-                minor(servicing.net_minor()),
+                "ledger {source} {currency} {date}: posted {} - {} = {}, servicing {} -> {}",
                 minor(posted.received_minor),
                 minor(posted.returned_minor),
-                minor(posted.received_minor - posted.returned_minor)
+                minor(net),
+                minor(servicing.net_minor()),
+                if (servicing.applied_minor, servicing.reversed_minor)
+                    == (posted.received_minor, posted.returned_minor)
+                {
+                    "agrees"
+                } else {
+                    "DIFFERS"
+                }
             ));
         }
         for account in &self.in_flight {
