@@ -222,6 +222,15 @@ async fn when_the_reconciler_runs_should_touch_only_what_its_role_declares(engin
         .send()
         .await
         .expect("action recorded");
+    // The ledger posted what servicing published: it reconciles, so the run closes a period.
+    let ledger =
+        ledger_postings::LedgerPostingsHandler::new(servicing.store(ledger_postings::CONSUMER));
+    for (n, event) in servicing.outbox_records().await.iter().enumerate() {
+        let body = json!({"source": event.source, "detail-type": event.detail_type, "detail": event.detail});
+        ledger
+            .process_batch(&[sqs_message(&format!("l{n}"), &body.to_string(), 1)])
+            .await;
+    }
     let sqs = aws_sdk_sqs::Client::new(&Engine::MiniStack.sdk_config().await);
     let (queue_url, _) = integration_tests::lambda::queue(&sqs, "iam-servicing", true).await;
     let config = ::reconciler::Config {
@@ -230,6 +239,7 @@ async fn when_the_reconciler_runs_should_touch_only_what_its_role_declares(engin
         park_retention: Duration::from_secs(60),
         claim_retention: Duration::from_secs(35 * 86_400),
         servicing_queue_url: queue_url,
+        ledger_close_lag_days: 1,
     };
     let plan = FaultPlan::default();
     let store = servicing.faulty_store("account-state", &plan);
@@ -238,6 +248,7 @@ async fn when_the_reconciler_runs_should_touch_only_what_its_role_declares(engin
         .await
         .expect("run");
     assert_eq!(run["acceptedConfirmed"], 1, "{run:#}");
+    assert!(run["ledgerClosedThrough"].is_string(), "{run:#}");
     assert!(
         servicing
             .quarantine()

@@ -37,6 +37,7 @@ async fn when_a_payment_is_suspected_twice_under_new_identities_should_not_hold(
         park_retention: WEEK,
         claim_retention: Duration::from_secs(35 * 86_400),
         servicing_queue_url: "unused: nothing is parked".into(),
+        ledger_close_lag_days: 1,
     };
     let store = servicing.store("account-state");
     let now = servicing_ops::epoch_seconds() + 1;
@@ -297,6 +298,7 @@ async fn when_a_parked_fact_stays_ready_should_send_it_back_to_be_released(engin
         park_retention: WEEK,
         claim_retention: Duration::from_secs(35 * 86_400),
         servicing_queue_url: queue_url.clone(),
+        ledger_close_lag_days: 1,
     };
     let store = servicing.store("account-state");
     // Within the grace the consumer may still be releasing it: nothing is sent.

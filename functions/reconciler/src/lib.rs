@@ -28,6 +28,9 @@ pub struct Config {
     /// The FIFO servicing queue (`SERVICING_QUEUE_URL`, required): a parked fact left ready is
     /// sent back to its account there, and the consumer releases it.
     pub servicing_queue_url: String,
+    /// Once the ledger reconciles, its periods are closed up to this many days ago
+    /// (`LEDGER_CLOSE_LAG_DAYS`, 0..=31, default 1: yesterday); 0: only operators close.
+    pub ledger_close_lag_days: u64,
 }
 
 impl FromSettings for Config {
@@ -38,6 +41,7 @@ impl FromSettings for Config {
             park_retention: settings.days("PARK_RETENTION_DAYS", 7, 1..=365)?,
             claim_retention: settings.days("CLAIM_RETENTION_DAYS", 35, 1..=3650)?,
             servicing_queue_url: settings.required("SERVICING_QUEUE_URL")?,
+            ledger_close_lag_days: settings.number("LEDGER_CLOSE_LAG_DAYS", 1, 0..=31)?,
         })
     }
 }
@@ -179,6 +183,24 @@ pub async fn run_at(
             "the ledger does not reconcile"
         );
     }
+    // The daily close: only books that reconcile are closed; a later event dated in a closed
+    // day is posted to the first open one (docs/ledger.md).
+    let through = chrono::DateTime::from_timestamp(now, 0)
+        .map(|t| t.date_naive())
+        .and_then(|d| d.checked_sub_days(chrono::Days::new(config.ledger_close_lag_days)));
+    let ledger_closed = match through {
+        Some(through) if config.ledger_close_lag_days > 0 && ledger.holds() => {
+            match store.close_ledger_period(through).await {
+                Ok(true) => Some(through.to_string()),
+                Ok(false) => None,
+                Err(e) => {
+                    problems.push(format!("cannot close the ledger through {through}: {e}"));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     // Applied API payments leave the open index: tomorrow's run reads only what is still open.
     let (confirmed, unconfirmed) = servicing_ops::money::confirm_applied(store, &money).await;
     problems.extend(unconfirmed);
@@ -225,6 +247,7 @@ pub async fn run_at(
         // A suspected duplicate new in the window needs a person: the run does not hold.
         "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty() && counts.suspected_duplicates == 0 && ledger.holds(),
         "ledgerProblems": ledger.problems,
+        "ledgerClosedThrough": ledger_closed,
         "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
         "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),
         "acceptedConfirmed": confirmed,
