@@ -5,8 +5,9 @@
 //! Protocol, per message:
 //! 1. decode the EventBridge envelope; an event that moves no money is ignored (no claim: it
 //!    posts nothing), a detail that is not a valid money event is quarantined with its reason;
-//! 2. read the account's balances (consistent) and the last closed day (cached for a minute:
-//!    the commit checks it anyway);
+//! 2. read the account's balances and the event's entry (one consistent `BatchGetItem`: an
+//!    entry there is a duplicate or a collision, decided without a transaction) and the last
+//!    closed day (cached for a minute: the commit checks it anyway);
 //! 3. post: the entry (the claim of `(ledger-postings, eventId)`), the balances at the version
 //!    read, the check that the posting date is open — ONE transaction. A refused entry is a
 //!    duplicate (same detail) or a collision (quarantined, the first stands); moved balances or
@@ -246,8 +247,24 @@ impl LedgerPostingsHandler {
         entry: &JournalEntry,
         fingerprint: &Fingerprint,
     ) -> Result<Result<MessageResult, (&'static str, String)>, StoreError> {
+        let collision = |stored: &str| {
+            format!(
+                "collision: event {} was posted with fingerprint {stored}, this one has {fingerprint}",
+                entry.entry_id
+            )
+        };
         for attempt in 0..POST_ATTEMPTS {
-            let read = self.store.sub_ledger(&entry.account_id).await?;
+            let (read, posted) = self
+                .store
+                .sub_ledger_and_entry(&entry.account_id, &entry.entry_id)
+                .await?;
+            // Posted before: told apart by the detail's fingerprint, without a transaction.
+            if let Some(posted) = posted {
+                return Ok(match posted.fingerprint == fingerprint.as_str() {
+                    true => Ok(MessageResult::Duplicate),
+                    false => Err((COLLISION, collision(&posted.fingerprint))),
+                });
+            }
             let closed = self.closed_through(attempt > 0).await?;
             let mut next = read.as_ref().map(|r| r.sub_ledger()).unwrap_or_default();
             if let Err(e) = next.post(entry) {
@@ -271,13 +288,7 @@ impl LedgerPostingsHandler {
                 }
                 PostOutcome::Duplicate => return Ok(Ok(MessageResult::Duplicate)),
                 PostOutcome::Collision { stored } => {
-                    return Ok(Err((
-                        COLLISION,
-                        format!(
-                            "collision: event {} was posted with fingerprint {stored}, this one has {fingerprint}",
-                            entry.entry_id
-                        ),
-                    )));
+                    return Ok(Err((COLLISION, collision(stored.as_str()))));
                 }
                 PostOutcome::Moved | PostOutcome::Contended => {
                     tokio::time::sleep(servicing_store::backoff(

@@ -145,6 +145,20 @@ impl ServicingStore {
         self.get_record(sub_ledger_key(account)).await
     }
 
+    /// The account's balances and the entry of `entry_id` if it was posted: one consistent
+    /// `BatchGetItem`, so a redelivery is recognised without a transaction.
+    pub async fn sub_ledger_and_entry(
+        &self,
+        account: &AccountId,
+        entry_id: &str,
+    ) -> Result<(Option<SubLedgerRecord>, Option<EntryRecord>), StoreError> {
+        let keys = [sub_ledger_key(account), entry_key(account, entry_id)];
+        let mut found = self.batch_get(&keys).await?;
+        let balances = found.remove(&keys[0]).map(from_item).transpose()?;
+        let entry = found.remove(&keys[1]).map(from_item).transpose()?;
+        Ok((balances, entry))
+    }
+
     /// The last day closed for postings (consistent read of one shard: a close writes them all
     /// in one transaction).
     pub async fn closed_through_any(&self) -> Result<Option<NaiveDate>, StoreError> {

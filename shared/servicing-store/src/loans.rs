@@ -227,7 +227,7 @@ impl ServicingStore {
     }
 
     /// One `BatchGetItem` (consistent), asked again for what DynamoDB leaves unprocessed.
-    async fn batch_get(
+    pub(crate) async fn batch_get(
         &self,
         keys: &[(String, String)],
     ) -> Result<HashMap<(String, String), Item>, StoreError> {
