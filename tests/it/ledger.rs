@@ -23,6 +23,7 @@ on_both_engines!(
     when_an_event_id_comes_back_with_another_detail_or_a_broken_body_should_quarantine_it,
     when_half_is_consumed_live_and_the_rest_backfilled_should_equal_live_consumption,
     when_the_ledger_is_out_of_step_with_servicing_should_name_each_problem,
+    when_a_bill_was_published_without_its_currency_should_post_it_in_the_accounts,
 );
 
 /// Generated streams per engine for the property.
@@ -650,4 +651,65 @@ async fn when_the_ledger_is_out_of_step_with_servicing_should_name_each_problem(
     assert!(!holds, "{engine:?}:\n{text}");
     assert!(text.contains("are not the sum of its entries"), "{text}");
     assert!(text.contains("trial balance in EUR is 1, not 0"), "{text}");
+}
+
+/// Review of #34: `InstallmentDue` carried no currency before the ledger existed; such a bill
+/// (history, a republish, a rolling deploy) was quarantined for good. It takes its account's
+/// currency, and waits (retried) while the account's opening is not posted. Every decision
+/// record meets the schema.
+async fn when_a_bill_was_published_without_its_currency_should_post_it_in_the_accounts(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = ledger_handler(&servicing);
+    let a = "acc_old_bill";
+    let mut bill: Value = serde_json::from_str(&money_event(a, "evt_bill", "InstallmentDue", "2026-09-05",
+        json!({"installmentNo": 1, "dueDate": "2026-09-05", "principalMinor": 4000, "interestMinor": 500})))
+    .expect("json");
+    bill["detail"]
+        .as_object_mut()
+        .expect("detail")
+        .remove("currency");
+    let bill = bill.to_string();
+    let opening = money_event(
+        a,
+        "evt_open",
+        "LoanOpened",
+        "2026-09-01",
+        json!({"principalMinor": 50_000}),
+    );
+    let schema = integration_tests::schema::load("decision-record.schema.json");
+    let mut records = Vec::new();
+    for (id, body) in [
+        ("b1", &bill),
+        ("o1", &opening),
+        ("b2", &bill),
+        ("b3", &bill),
+    ] {
+        let report = handler.process_batch(&[sqs_message(id, body, 1)]).await;
+        records.extend(report.decisions);
+        let result = &report.results[0].1;
+        match id {
+            "b1" => assert!(
+                matches!(result, MessageResult::Retry { .. }),
+                "{engine:?}: {result:?}"
+            ),
+            "b3" => assert_eq!(result, &MessageResult::Duplicate),
+            _ => assert!(
+                matches!(result, MessageResult::Posted { .. }),
+                "{engine:?} {id}: {result:?}"
+            ),
+        }
+    }
+    let ledger = stored(&servicing, a).await;
+    assert_eq!(ledger.balances["1110:interest_receivable"], 500);
+    assert_eq!(ledger.balances["4000:interest_income"], -500);
+    for record in &records {
+        let violations = integration_tests::schema::violations(&schema, &record.to_json());
+        assert!(
+            violations.is_empty(),
+            "{violations:?}: {}",
+            record.to_json()
+        );
+    }
 }

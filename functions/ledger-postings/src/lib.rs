@@ -26,7 +26,7 @@ use chrono::{DateTime, NaiveDate};
 use futures_util::StreamExt;
 use serde_json::Value;
 use servicing_domain::Fingerprint;
-use servicing_domain::journal::{JournalEntry, Posting, entry_of, posting_date};
+use servicing_domain::journal::{JournalEntry, Posting, entry_of, missing_currency, posting_date};
 use servicing_store::journal::PostOutcome;
 use servicing_store::{QuarantineEntry, ServicingStore, StoreError};
 use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
@@ -193,16 +193,34 @@ impl LedgerPostingsHandler {
             receive_count,
             ..DecisionRecord::new(CONSUMER, message_id, Verdict::Retried, DecidedBy::Decode)
         };
-        let decoded = serde_json::from_str::<Value>(body)
-            .map_err(|e| format!("body is not JSON: {e}"))
-            .and_then(|envelope| {
-                record.source_system = envelope["source"].as_str().map(str::to_owned);
-                let detail = envelope["detail"].clone();
-                match entry_of(&detail) {
-                    Ok(entry) => Ok(entry.map(|e| (e, detail))),
-                    Err(e) => Err(format!("not a postable money event: {e}")),
-                }
-            });
+        let envelope = match serde_json::from_str::<Value>(body) {
+            Ok(envelope) => envelope,
+            Err(e) => {
+                let reason = format!("body is not JSON: {e}");
+                let result = self
+                    .quarantine(message_id, body, INVALID_EVENT, reason)
+                    .await;
+                return (result.clone(), Some(settle(record, &result)));
+            }
+        };
+        record.source_system = envelope["source"].as_str().map(str::to_owned);
+        let detail = &envelope["detail"];
+        // A bill published before events carried its currency: its account's, from the
+        // sub-ledger its opening posted (the fingerprint stays the detail's as published).
+        let completed = match self.with_account_currency(detail).await {
+            Ok(completed) => completed,
+            Err(reason) => {
+                let result = MessageResult::Retry { reason };
+                record.source_event_id = detail["eventId"].as_str().map(str::to_owned);
+                record.account_id = detail["accountId"].as_str().map(str::to_owned);
+                record.fingerprint = Some(Fingerprint::of_value(detail).as_str().to_owned());
+                return (result.clone(), Some(settle(record, &result)));
+            }
+        };
+        let decoded = match entry_of(completed.as_ref().unwrap_or(detail)) {
+            Ok(entry) => Ok(entry.map(|e| (e, detail.clone()))),
+            Err(e) => Err(format!("not a postable money event: {e}")),
+        };
         let (entry, detail) = match decoded {
             Ok(Some(found)) => found,
             Ok(None) => return (MessageResult::Ignored, None),
@@ -216,11 +234,8 @@ impl LedgerPostingsHandler {
         let fingerprint = Fingerprint::of_value(&detail);
         record.source_event_id = Some(entry.entry_id.clone());
         record.account_id = Some(entry.account_id.as_str().to_owned());
-        record.event_type = Some(entry.event_type.clone());
         record.currency = Some(entry.currency.as_str().to_owned());
-        record.amount_minor = detail["amountMinor"]
-            .as_i64()
-            .or(detail["principalMinor"].as_i64());
+        record.amount_minor = detail["amountMinor"].as_i64();
         record.fingerprint = Some(fingerprint.as_str().to_owned());
         let result = match self.post(&entry, &fingerprint).await {
             Ok(Ok(result)) => result,
@@ -238,6 +253,34 @@ impl LedgerPostingsHandler {
             ));
         }
         (result.clone(), Some(settle(record, &result)))
+    }
+
+    /// `detail` with its account's currency when it is a bill published without one (`None`:
+    /// nothing to add); an error (retry) while the account has no sub-ledger to say it.
+    async fn with_account_currency(&self, detail: &Value) -> Result<Option<Value>, String> {
+        if !missing_currency(detail) {
+            return Ok(None);
+        }
+        let account = detail["accountId"]
+            .as_str()
+            .and_then(|a| servicing_domain::AccountId::parse(a).ok());
+        let Some(account) = account else {
+            return Ok(None);
+        };
+        let currency = self
+            .store
+            .sub_ledger(&account)
+            .await
+            .map_err(|e| e.to_string())?
+            .and_then(|r| r.currency);
+        let Some(currency) = currency else {
+            return Err(format!(
+                "a bill without a currency on {account}: waits for the account's opening to be posted"
+            ));
+        };
+        let mut completed = detail.clone();
+        completed["currency"] = Value::String(currency.as_str().to_owned());
+        Ok(Some(completed))
     }
 
     /// Reads, posts, and again when the balances moved or a close came in between. The inner

@@ -155,6 +155,12 @@ fn bad(what: impl Into<String>) -> Unpostable {
     Unpostable(what.into())
 }
 
+/// An `InstallmentDue` published before events carried their currency (the one money event
+/// that did not): its account's currency completes it.
+pub fn missing_currency(detail: &Value) -> bool {
+    detail["eventType"] == detail_types::INSTALLMENT_DUE && detail.get("currency").is_none()
+}
+
 /// The entry a published domain event (its EventBridge `detail`) causes: `None` for an event
 /// that moves no money (or moves zero), an error for a detail that is not a valid money event.
 pub fn entry_of(detail: &Value) -> Result<Option<JournalEntry>, Unpostable> {
