@@ -152,7 +152,7 @@ async fn reconciled(servicing: &Servicing) -> (bool, Vec<String>) {
     let money = reconcile_money(&servicing.client, &servicing.table, &[], now, grace)
         .await
         .expect("money");
-    let ledger = reconcile_ledger(&servicing.client, &servicing.table, &money.totals, now, 0)
+    let ledger = reconcile_ledger(&servicing.client, &servicing.table, &money, now, 0)
         .await
         .expect("ledger");
     let mut lines = money.lines();

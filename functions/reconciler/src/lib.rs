@@ -171,11 +171,16 @@ pub async fn run_at(
     let ledger = servicing_ops::ledger::reconcile_ledger(
         store.client(),
         &config.table,
-        &money.totals,
+        &money,
         now,
         servicing_ops::money::Grace::default().accepted_secs,
     )
-    .await?;
+    .await
+    // A failed read of the ledger is the ledger's problem: the money checks still report.
+    .unwrap_or_else(|e| servicing_ops::ledger::LedgerReconciliation {
+        problems: vec![format!("the ledger could not be reconciled: {e:#}")],
+        ..Default::default()
+    });
     for problem in &ledger.problems {
         tracing::error!(
             alert = "ledger_mismatch",

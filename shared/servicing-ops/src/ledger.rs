@@ -11,8 +11,8 @@
 //!   reconciliation compares with the provider's settlement file).
 //!
 //! Postings follow servicing by seconds (relay, bus, queue): an account touched within the
-//! grace is listed as in flight, not as a problem, and while any is, a difference by key is in
-//! flight too. One scan pass (loans, sub-ledgers, entries): an audit's read, like the money
+//! grace is listed as in flight, not as a problem, and so is a key one of whose accounts is
+//! (the scan is no snapshot: an account written during it may be read half before, half after). One scan pass (loans, sub-ledgers, entries): an audit's read, like the money
 //! totals it sits beside.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,7 +23,7 @@ use servicing_store::items;
 use servicing_store::journal::{EntryRecord, SubLedgerRecord};
 use servicing_store::schema;
 
-use crate::money::{Key, Totals, minor};
+use crate::money::{Key, MoneyReconciliation, Totals, minor};
 use crate::scan_types;
 
 /// What the ledger took in and gave back for one key.
@@ -102,16 +102,18 @@ impl LedgerReconciliation {
     }
 }
 
-/// Reconciles the ledger of `table` with servicing (`servicing`: the money reconciliation's
-/// totals by source, currency and date) at `now` (epoch s); an account touched less than
-/// `grace_secs` ago is in flight.
+/// Reconciles the ledger of `table` with servicing (`money`: the money reconciliation, its
+/// totals by source, currency and date and the accounts behind each) at `now` (epoch s); an
+/// account touched less than `grace_secs` ago is in flight, and so is a key one of its
+/// accounts is.
 pub async fn reconcile_ledger(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
-    servicing: &BTreeMap<Key, Totals>,
+    money: &MoneyReconciliation,
     now: i64,
     grace_secs: i64,
 ) -> anyhow::Result<LedgerReconciliation> {
+    let servicing = &money.totals;
     let mut found = scan_types(
         client,
         table,
@@ -137,9 +139,13 @@ pub async fn reconcile_ledger(
                 .push(format!("a sub-ledger does not decode: {e}")),
         }
     }
-    // Each account's entries summed again, and the cash they moved by key.
+    // Each account's entries summed again, and the cash they moved by key (with its accounts).
     let mut summed: BTreeMap<String, SubLedger> = BTreeMap::new();
     let mut posted: BTreeMap<Key, Posted> = BTreeMap::new();
+    let mut key_accounts: BTreeMap<Key, BTreeSet<String>> = money.key_accounts.clone();
+    // Touched within the grace (a sub-ledger, an entry or a loan written then): the scan is no
+    // snapshot, so such an account's items may have been read on either side of a write.
+    let mut in_flight: BTreeSet<String> = BTreeSet::new();
     for item in entries {
         let posting = schema::from_item::<EntryRecord>(item)
             .map_err(|e| e.to_string())
@@ -155,6 +161,9 @@ pub async fn reconcile_ledger(
         };
         let entry = &posting.entry;
         report.entries += 1;
+        if now - posting.processed_at.timestamp() < grace_secs {
+            in_flight.insert(entry.account_id.as_str().to_owned());
+        }
         let sub = summed
             .entry(entry.account_id.as_str().to_owned())
             .or_default();
@@ -182,6 +191,15 @@ pub async fn reconcile_ledger(
             entry.currency.as_str().to_owned(),
             entry.effective_at.date_naive(),
         );
+        if matches!(
+            entry.event_type.as_str(),
+            detail_types::PAYMENT_APPLIED | detail_types::PAYMENT_REVERSED
+        ) {
+            key_accounts
+                .entry(key.clone())
+                .or_default()
+                .insert(entry.account_id.as_str().to_owned());
+        }
         if entry.event_type == detail_types::PAYMENT_APPLIED {
             let p = posted.entry(key).or_default();
             p.payments += 1;
@@ -193,14 +211,34 @@ pub async fn reconcile_ledger(
         }
     }
 
-    let mut in_flight: BTreeSet<String> = BTreeSet::new();
+    let mut loans_opened = Vec::new();
+    for item in loans {
+        match items::loan_from_item(item) {
+            Ok(loan) => {
+                if loan
+                    .recent
+                    .newest_applied_at()
+                    .is_some_and(|at| now - at < grace_secs)
+                {
+                    in_flight.insert(loan.account_id.as_str().to_owned());
+                }
+                loans_opened.push(loan);
+            }
+            Err(e) => report
+                .problems
+                .push(format!("a loan item does not decode: {e}")),
+        }
+    }
     for (account, record) in &stored {
-        report.sub_ledgers += 1;
         if now - record.posted_at < grace_secs {
             in_flight.insert(account.clone());
         }
+    }
+
+    for (account, record) in &stored {
+        report.sub_ledgers += 1;
         let sum = summed.get(account).cloned().unwrap_or_default();
-        if sum != record.sub_ledger() {
+        if sum != record.sub_ledger() && !in_flight.contains(account) {
             report.problems.push(format!(
                 "sub-ledger {account}: stored balances {:?} ({} entries) are not the sum of its entries {:?} ({} entries)",
                 record.balances, record.entries, sum.balances, sum.entries
@@ -213,7 +251,10 @@ pub async fn reconcile_ledger(
                 .or_default() += record.sub_ledger().trial_balance();
         }
     }
-    for account in summed.keys().filter(|a| !stored.contains_key(*a)) {
+    for account in summed
+        .keys()
+        .filter(|a| !stored.contains_key(*a) && !in_flight.contains(*a))
+    {
         report.problems.push(format!(
             "entries posted on {account}, which has no sub-ledger"
         ));
@@ -227,28 +268,12 @@ pub async fn reconcile_ledger(
     }
 
     let mut differences = Vec::new();
-    for item in loans {
-        let loan = match items::loan_from_item(item) {
-            Ok(l) => l,
-            Err(e) => {
-                report
-                    .problems
-                    .push(format!("a loan item does not decode: {e}"));
-                continue;
-            }
-        };
+    for loan in &loans_opened {
         // An account not opened yet holds only parked facts: nothing to post.
         let Some(account) = &loan.account else {
             continue;
         };
         let id = loan.account_id.as_str().to_owned();
-        if loan
-            .recent
-            .newest_applied_at()
-            .is_some_and(|at| now - at < grace_secs)
-        {
-            in_flight.insert(id.clone());
-        }
         let ledger = stored
             .get(&id)
             .map(SubLedgerRecord::sub_ledger)
@@ -271,9 +296,10 @@ pub async fn reconcile_ledger(
     for key in keys {
         let s = servicing.get(key).copied().unwrap_or_default();
         let p = posted.get(key).copied().unwrap_or_default();
-        if (s.applied_minor, s.reversed_minor) != (p.received_minor, p.returned_minor)
-            && in_flight.is_empty()
-        {
+        let settled = key_accounts
+            .get(key)
+            .is_none_or(|accounts| accounts.is_disjoint(&in_flight));
+        if (s.applied_minor, s.reversed_minor) != (p.received_minor, p.returned_minor) && settled {
             let (source, currency, date) = key;
             report.problems.push(format!(
                 "{source} {currency} {date}: servicing applied {} less reversed {}, the ledger posted {} less {}",

@@ -140,6 +140,8 @@ pub struct MoneyReconciliation {
     pub confirmed: Vec<(String, String)>,
     pub not_applied: Vec<NotApplied>,
     pub totals: BTreeMap<Key, Totals>,
+    /// The accounts behind each key's totals (the ledger's leg names a key in flight by them).
+    pub key_accounts: BTreeMap<Key, std::collections::BTreeSet<String>>,
     pub suspected_duplicates: Vec<SuspectedDuplicate>,
     /// Per settlement line: the table's net minus the provider's total.
     pub variances: Vec<(Settlement, i64)>,

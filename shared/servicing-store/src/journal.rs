@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
@@ -336,23 +337,42 @@ impl ServicingStore {
                 .map_err(invalid_request)?;
             transaction.push(TransactWriteItem::builder().update(update).build());
         }
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(transaction))
-            .send()
+        // Every posting checks one of these items in its transaction: a close that meets one
+        // is cancelled (TransactionConflict) and tried again.
+        for attempt in 0..8 {
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(transaction.clone()))
+                .send()
+                .await;
+            let cancelled = match result {
+                Ok(_) => return Ok(true),
+                Err(e) => match e.into_service_error() {
+                    TransactWriteItemsError::TransactionCanceledException(c) => c,
+                    other => return Err(crate::errors::classify_service(other)),
+                },
+            };
+            let codes: Vec<&str> = cancelled
+                .cancellation_reasons()
+                .iter()
+                .filter_map(|r| r.code())
+                .collect();
+            if codes.contains(&"ConditionalCheckFailed") {
+                return Ok(false);
+            }
+            if !codes.contains(&"TransactionConflict") {
+                return Err(StoreError::Transient(format!("close cancelled: {codes:?}")));
+            }
+            tokio::time::sleep(crate::backoff(
+                attempt + 1,
+                std::time::Duration::from_millis(50),
+            ))
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) => match e.into_service_error() {
-                aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)
-                    if c.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed")) =>
-                {
-                    Ok(false)
-                }
-                other => Err(crate::errors::classify_service(other)),
-            },
         }
+        Err(StoreError::Transient(
+            "the close kept meeting concurrent postings".into(),
+        ))
     }
 }
 

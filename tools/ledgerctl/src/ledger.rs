@@ -61,6 +61,15 @@ pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::R
                 dry_run,
                 change,
             } => {
+                // A close never reopens: a day not over yet (UTC) cannot be closed by a typo.
+                let today = chrono::DateTime::from_timestamp(servicing_ops::epoch_seconds(), 0)
+                    .map(|t| t.date_naive())
+                    .unwrap_or_default();
+                if *through >= today {
+                    anyhow::bail!(
+                        "--through {through}: only days that are over can be closed (today is {today}, UTC)"
+                    );
+                }
                 let operator = target.authorize(change, *dry_run).await?;
                 let closed = store.closed_through_any().await?;
                 if *dry_run {

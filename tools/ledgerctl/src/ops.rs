@@ -168,7 +168,7 @@ fn reconcile_money(args: &ReconcileArgs, target: &Target) -> anyhow::Result<bool
         let ledger = servicing_ops::ledger::reconcile_ledger(
             &target.dynamodb(),
             &target.table,
-            &report.totals,
+            &report,
             servicing_ops::epoch_seconds(),
             args.grace_minutes * 60,
         )

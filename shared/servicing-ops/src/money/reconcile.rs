@@ -172,14 +172,17 @@ pub async fn reconcile_money(
                     ));
                     continue;
                 };
-                let t = report
-                    .totals
-                    .entry((
-                        claim.source_system.clone(),
-                        currency.as_str().to_owned(),
-                        applied_on,
-                    ))
-                    .or_default();
+                let key = (
+                    claim.source_system.clone(),
+                    currency.as_str().to_owned(),
+                    applied_on,
+                );
+                report
+                    .key_accounts
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(claim.account_id.clone());
+                let t = report.totals.entry(key).or_default();
                 t.payments += 1;
                 t.applied_minor += amount_minor;
                 let content = (
@@ -214,10 +217,13 @@ pub async fn reconcile_money(
                     continue;
                 };
                 let currency = detail["currency"].as_str().unwrap_or_default().to_owned();
-                let t = report
-                    .totals
-                    .entry((claim.source_system.clone(), currency, date))
-                    .or_default();
+                let key = (claim.source_system.clone(), currency, date);
+                report
+                    .key_accounts
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(claim.account_id.clone());
+                let t = report.totals.entry(key).or_default();
                 t.reversals += 1;
                 t.reversed_minor += amount;
             }
