@@ -164,6 +164,15 @@ impl MoneyReconciliation {
         self.problems.is_empty()
     }
 
+    /// The totals of `key`, which `account`'s fact adds to (and so names among its accounts).
+    fn totals_of(&mut self, key: Key, account: &str) -> &mut Totals {
+        self.key_accounts
+            .entry(key.clone())
+            .or_default()
+            .insert(account.to_owned());
+        self.totals.entry(key).or_default()
+    }
+
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
             "API payments accepted and not yet confirmed applied: {}, not applied: {} ({} still in flight)",

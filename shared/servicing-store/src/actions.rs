@@ -277,17 +277,8 @@ impl ServicingStore {
         &self,
         account: &AccountId,
     ) -> Result<Option<LatestDelinquencyRecord>, StoreError> {
-        let key = LatestDelinquencyRecord::key(&self.config.consumer, account);
-        let got = self
-            .client
-            .get_item()
-            .table_name(&self.config.table)
-            .set_key(Some(items::key_item(key)))
-            .consistent_read(true)
-            .send()
+        self.get_record(LatestDelinquencyRecord::key(&self.config.consumer, account))
             .await
-            .map_err(classify)?;
-        got.item.map(crate::schema::from_item).transpose()
     }
 
     /// Commits a delinquency change as ONE `TransactWriteItems`: the claim of `unit` (a

@@ -167,7 +167,8 @@ impl ServicingStore {
         Ok(period.map(|p| p.closed_through))
     }
 
-    async fn get_record<T: serde::de::DeserializeOwned>(
+    /// One item by key (consistent read), as the record it must be.
+    pub(crate) async fn get_record<T: serde::de::DeserializeOwned>(
         &self,
         key: (String, String),
     ) -> Result<Option<T>, StoreError> {

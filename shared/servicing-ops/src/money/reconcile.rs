@@ -177,12 +177,7 @@ pub async fn reconcile_money(
                     currency.as_str().to_owned(),
                     applied_on,
                 );
-                report
-                    .key_accounts
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(claim.account_id.clone());
-                let t = report.totals.entry(key).or_default();
+                let t = report.totals_of(key, &claim.account_id);
                 t.payments += 1;
                 t.applied_minor += amount_minor;
                 let content = (
@@ -218,12 +213,7 @@ pub async fn reconcile_money(
                 };
                 let currency = detail["currency"].as_str().unwrap_or_default().to_owned();
                 let key = (claim.source_system.clone(), currency, date);
-                report
-                    .key_accounts
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(claim.account_id.clone());
-                let t = report.totals.entry(key).or_default();
+                let t = report.totals_of(key, &claim.account_id);
                 t.reversals += 1;
                 t.reversed_minor += amount;
             }
