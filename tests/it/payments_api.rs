@@ -25,6 +25,7 @@ on_both_engines!(
     when_a_key_is_sent_as_a_structured_header_string_should_be_the_same_key_as_the_bare_one,
     when_two_idempotency_keys_arrive_comma_joined_should_refuse_them_storing_nothing,
     when_a_payment_is_accepted_and_applied_should_keep_its_raw_key_nowhere,
+    when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_quarantine_it,
 );
 
 pub(crate) const ALICE: &str = "arn:aws:iam::123456789012:user/alice";
@@ -921,4 +922,98 @@ async fn when_a_payment_is_accepted_and_applied_should_keep_its_raw_key_nowhere(
     );
     let leaks: Vec<&String> = seen.iter().filter(|text| text.contains(raw)).collect();
     assert!(leaks.is_empty(), "{engine:?}: the raw key in {leaks:#?}");
+}
+
+/// `api:` is the payments API's: a fact under it applies only as the payment the API accepted
+/// (its idempotency record), whoever put it on the queue. Forged under a principal's name or
+/// its scope, or an accepted payment altered on the way: quarantined, the loan untouched; the
+/// accepted payment itself applies, under either reading of its name.
+async fn when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_quarantine_it(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    open_account(&servicing, "acc_forged").await;
+    let (accepted, _) = api(&servicing, None)
+        .post(&post(
+            Some(ALICE),
+            Some("order-1"),
+            &payment("acc_forged", 2_500, "inv-1"),
+        ))
+        .await;
+    assert_eq!(accepted.status(), 202);
+    let events = api_outbox(&servicing).await;
+    let genuine = events[0].detail.clone();
+    let operation = genuine["sourceEventId"]
+        .as_str()
+        .expect("operation id")
+        .to_owned();
+    let with = |changes: Value| {
+        let mut body = genuine.clone();
+        for (field, value) in changes.as_object().expect("changes") {
+            body[field] = value.clone();
+        }
+        body.to_string()
+    };
+    let scope = payments_api::Principal::new(ALICE)
+        .expect("principal")
+        .scope();
+    let forged = [
+        // Another amount under the accepted payment's identity.
+        with(json!({"amountMinor": 250_000})),
+        // An identity the API never gave: under a principal's name, under a scope.
+        with(
+            json!({"sourceSystem": "api:mallory", "sourceEventId": "op_000000000000000000000001"}),
+        ),
+        with(
+            json!({"sourceSystem": format!("api:{scope}"), "sourceEventId": "op_000000000000000000000002"}),
+        ),
+        // The accepted operation under another caller's name.
+        with(json!({"sourceSystem": "api:mallory"})),
+    ];
+    let messages: Vec<_> = forged
+        .iter()
+        .enumerate()
+        .map(|(i, body)| sqs_message(&format!("m-forged-{i}"), body, 1))
+        .collect();
+    let report = servicing.handler().process(&messages).await;
+    for (id, result) in &report.results {
+        assert_eq!(
+            *result,
+            account_state::MessageResult::Quarantined {
+                code: "api_payment_not_accepted".to_owned()
+            },
+            "{id}"
+        );
+    }
+    let (loan, _) = servicing.loan("acc_forged").await.expect("loan");
+    assert_eq!(loan.principal_outstanding_minor, 100_000, "nothing applied");
+    let quarantined = servicing.quarantine().await;
+    assert_eq!(quarantined.len(), forged.len());
+    assert!(
+        quarantined
+            .iter()
+            .all(|q| q.code == "api_payment_not_accepted" && !q.raw_body.is_empty()),
+        "{quarantined:?}"
+    );
+
+    // The accepted payment, sent on by the relay (or resent by an operator): applied once.
+    let results = servicing
+        .handler()
+        .process(&[
+            sqs_message("m-genuine", &genuine.to_string(), 1),
+            sqs_message("m-genuine-again", &genuine.to_string(), 2),
+        ])
+        .await
+        .results;
+    assert_eq!(
+        results[0].1,
+        account_state::MessageResult::Applied,
+        "{results:?}"
+    );
+    assert_eq!(
+        results[1].1,
+        account_state::MessageResult::Duplicate,
+        "{results:?}"
+    );
+    assert!(operation.starts_with("op_"));
 }

@@ -83,7 +83,7 @@ fn assert_declared(function: &str, engine: Engine, observed: &Access) {
 
 /// Everything account-state does: opens, applies, parks (a body kept apart), releases, marks a
 /// reversed payment, reads cold, confirms an old duplicate, quarantines a bad message and a
-/// collision.
+/// collision, applies a payment the API accepted.
 async fn when_account_state_runs_should_touch_only_what_its_role_declares(engine: Engine) {
     let servicing = Servicing::new(engine).await;
     let plan = FaultPlan::default();
@@ -137,6 +137,28 @@ async fn when_account_state_runs_should_touch_only_what_its_role_declares(engine
             .iter()
             .any(|q| q.code == "store_rejected")
     );
+    // A payment the API accepted, applied once its record proves it (the record's event).
+    let c = "acc_iam_api_pay";
+    open_account(&servicing, c).await;
+    let api = payments_api::PaymentsApi::new(servicing.store("payments-api"));
+    let accepted = api
+        .handle(post(
+            Some(ALICE),
+            Some("iam-state"),
+            &payment(c, 300, "inv-c"),
+        ))
+        .await;
+    assert_eq!(accepted.status(), 202);
+    let event = crate::payments_api::api_outbox(&servicing)
+        .await
+        .into_iter()
+        .find(|e| e.detail["accountId"] == c)
+        .expect("the accepted payment's event");
+    let results = cold()
+        .process(&[sqs_message("api-pay", &event.detail.to_string(), 1)])
+        .await
+        .results;
+    assert_eq!(results[0].1, MessageResult::Applied, "{results:?}");
     assert_declared("AccountStateFunction", engine, &plan.access());
 }
 

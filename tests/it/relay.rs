@@ -188,6 +188,8 @@ struct FakeEventBridge {
     plan: Arc<Mutex<VecDeque<Injected>>>,
     requests: Arc<Mutex<Vec<SentEntries>>>,
     accepted: Arc<Mutex<Vec<String>>>,
+    /// Every entry's `(Detail, Time)` as sent.
+    sent: Arc<Mutex<Vec<(Value, Option<f64>)>>>,
 }
 
 impl wiremock::Respond for FakeEventBridge {
@@ -200,10 +202,12 @@ impl wiremock::Respond for FakeEventBridge {
             .map(|e| {
                 let detail: Value =
                     serde_json::from_str(e["Detail"].as_str().unwrap_or("{}")).unwrap_or_default();
-                (
-                    detail["eventId"].as_str().unwrap_or_default().to_owned(),
-                    e["TraceHeader"].as_str().map(str::to_owned),
-                )
+                let event_id = detail["eventId"].as_str().unwrap_or_default().to_owned();
+                self.sent
+                    .lock()
+                    .expect("sent")
+                    .push((detail, e["Time"].as_f64()));
+                (event_id, e["TraceHeader"].as_str().map(str::to_owned))
             })
             .collect();
         self.requests
@@ -360,6 +364,32 @@ async fn when_records_are_many_or_large_should_send_at_most_10_entries_and_256_k
         .await;
     assert_eq!((report.published, report.checkpoint.clone()), (5, None));
     assert_eq!(fake.request_sizes(), [2, 2, 1]);
+}
+
+/// The bus's `time` is when the fact happened — what archive replays and rules select on —
+/// not when the relay published it (MiniStack stamps its own time whatever is sent, so this
+/// reads the requests): every event of the sample stream, account-state's records alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_events_are_relayed_should_carry_their_facts_occurrence_as_the_bus_time() {
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let (records, outbox) = sample_stream(&servicing).await;
+    let fake = FakeEventBridge::default();
+    let (_server, config) = fake.start().await;
+    let report = relay_with(&servicing, &config, "bus").relay(&records).await;
+    assert_eq!(report.checkpoint, None);
+    let sent = fake.sent.lock().expect("sent").clone();
+    assert_eq!(sent.len(), outbox.len());
+    for (detail, time) in sent {
+        let occurred = chrono::DateTime::parse_from_rfc3339(
+            detail["occurredAt"].as_str().expect("occurredAt"),
+        )
+        .expect("an RFC 3339 occurredAt");
+        assert_eq!(
+            time,
+            Some(occurred.timestamp() as f64),
+            "the Time of {detail}"
+        );
+    }
 }
 
 /// A fact's record whose write moved the bucket: its event and a `DelinquencyChanged`.

@@ -15,6 +15,7 @@ on_both_engines!(
     when_a_body_is_larger_than_an_item_can_hold_should_quarantine_its_hash_length_and_a_prefix,
     when_a_rejected_claim_belongs_to_another_payload_should_not_release_it,
     when_an_unclaimed_fact_is_redriven_should_judge_it_by_the_recorded_claim_retention,
+    when_a_record_is_past_its_expiry_should_be_counted_and_listed_nowhere,
 );
 
 async fn deliver(servicing: &Servicing, body: &str) -> MessageResult {
@@ -340,4 +341,118 @@ async fn when_distinct_lines_are_sent_within_one_second_should_deliver_every_one
             ("psp:p-3".to_owned(), "acc_2".to_owned()),
         ]
     );
+}
+
+/// TTL deletes an item past its `expiresAt` lazily (up to days later on AWS, never on DynamoDB
+/// Local): until then it is still in the table. Every read that counts or lists records must
+/// treat it as gone, or what a report says would depend on when TTL ran. One account applied
+/// with the usual retention, one whose records (all but its payments and reversals, kept for
+/// good) are past their expiry.
+async fn when_a_record_is_past_its_expiry_should_be_counted_and_listed_nowhere(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    servicing.deliver_fixture("basic.jsonl").await;
+    let mut expiring = servicing.config();
+    expiring.claim_retention = std::time::Duration::ZERO;
+    let messages: Vec<_> = fixture("delinquent.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| sqs_message(&format!("expiring-{i}"), l, 1))
+        .collect();
+    servicing.handler_with(expiring).process(&messages).await;
+    // `expiresAt` is in whole seconds and a record is alive through its second.
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+
+    let now = servicing_ops::epoch_seconds();
+    let records = servicing.claims().await;
+    let alive = |c: &&servicing_store::schema::ClaimRecord| c.expires_at.is_none_or(|at| at >= now);
+    let expired: Vec<String> = records
+        .iter()
+        .filter(|c| !alive(c))
+        .map(|c| c.pk.clone())
+        .collect();
+    assert!(
+        expired.len() >= 3 && records.iter().filter(alive).count() >= 8,
+        "the expired account's facts past their expiry, the other's alive: {expired:?}"
+    );
+
+    let window = (0, now + 3_600);
+    let reconciliation = servicing_ops::reconcile::reconcile(
+        &servicing.client,
+        &servicing.table,
+        "account-state",
+        window,
+        None,
+    )
+    .await
+    .expect("reconcile");
+    let applied_alive = records
+        .iter()
+        .filter(alive)
+        .filter(|c| c.consumer == "account-state" && c.verdict == "APPLIED")
+        .count() as u64;
+    assert_eq!(reconciliation.applied, applied_alive, "{reconciliation:?}");
+
+    let carriers =
+        servicing_ops::republish::carriers(&servicing.client, &servicing.table, window, None)
+            .await
+            .expect("carriers");
+    let mut listed: Vec<&str> = carriers.iter().map(|c| c.pk.as_str()).collect();
+    listed.sort_unstable();
+    let mut carrying_alive: Vec<&str> = records
+        .iter()
+        .filter(alive)
+        .filter(|c| !c.events().expect("events").is_empty())
+        .map(|c| c.pk.as_str())
+        .collect();
+    carrying_alive.sort_unstable();
+    assert_eq!(
+        listed, carrying_alive,
+        "republish lists exactly the live records"
+    );
+
+    let events =
+        ledgerctl::ledger_backfill::published_events(&servicing.client, &servicing.table, &[])
+            .await
+            .expect("published events");
+    let expired_events: Vec<String> = records
+        .iter()
+        .filter(|c| !alive(c))
+        .flat_map(|c| c.events().expect("events"))
+        .filter_map(|e| e.detail["eventId"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        !expired_events.is_empty(),
+        "the expired facts carried events"
+    );
+    assert!(
+        !events.iter().any(|e| expired_events
+            .iter()
+            .any(|id| e.detail["eventId"] == id.as_str())),
+        "the backfill reads expired records' events"
+    );
+
+    let store = servicing.store("test-reader");
+    let account = servicing_domain::AccountId::parse("acc_7001").expect("account");
+    for detail_type in [
+        servicing_domain::outbox::detail_types::FEE_ASSESSED,
+        servicing_domain::outbox::detail_types::INTEREST_ACCRUED,
+        servicing_domain::outbox::detail_types::INSTALLMENT_DUE,
+    ] {
+        let listed = servicing_ops::report::outbox_details(&store, &account, detail_type)
+            .await
+            .expect("details");
+        assert!(
+            listed.is_empty(),
+            "{detail_type} of expired records listed: {listed:?}"
+        );
+    }
+    let kept = servicing_ops::report::outbox_details(
+        &store,
+        &servicing_domain::AccountId::parse("acc_4002").expect("account"),
+        servicing_domain::outbox::detail_types::FEE_ASSESSED,
+    )
+    .await
+    .expect("details");
+    assert_eq!(kept.len(), 1, "the other account's fee is listed");
 }

@@ -122,6 +122,10 @@ impl AccountStateHandler {
             }
         }
 
+        // Facts under the payments API's prefix apply only as payments it accepted (one read).
+        self.hold_to_accepted_payments(&mut by_account, &mut report, deadline)
+            .await;
+
         // Each account registers as a participant of group commit when it is taken up (all the
         // accounts that will run side by side, before any of them runs): their commits then
         // leave together, one transaction for several accounts.
@@ -186,7 +190,7 @@ impl AccountStateHandler {
 }
 
 impl BatchReport {
-    fn record(&mut self, message_id: &str, result: MessageResult) {
+    pub(crate) fn record(&mut self, message_id: &str, result: MessageResult) {
         self.counts.count(&result);
         self.results.push((message_id.to_owned(), result));
     }

@@ -11,7 +11,8 @@
 //!
 //! Here the handler and its entry point. The batch is decoded and its accounts run in `batch`,
 //! one account's requests performed in `account_loop` (what comes next decided in `account`, a
-//! group planned in `group`), the quarantine written in `quarantine`; `report` holds what the
+//! group planned in `group`), the quarantine written in `quarantine`; `origin` holds facts
+//! under the payments API's prefix to the payments it accepted; `report` holds what the
 //! handler answers, `deadline` when it stops starting requests.
 
 mod account;
@@ -23,6 +24,7 @@ mod deadline;
 mod decisions;
 mod group;
 mod metrics;
+mod origin;
 mod quarantine;
 mod report;
 
@@ -36,6 +38,7 @@ pub use deadline::{
 };
 pub use decisions::emit_decisions;
 pub use metrics::BatchCounts;
+pub use origin::API_PAYMENT_NOT_ACCEPTED;
 pub use report::{BatchReport, MessageResult};
 pub use servicing_settings::FromSettings;
 pub use servicing_store::MAX_TRANSACTION_ITEMS;

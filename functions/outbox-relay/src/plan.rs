@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_sdk_eventbridge::primitives::{DateTime, DateTimeFormat};
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use servicing_store::items::{OUTBOX, REVERSED_BY, TRACE_HEADER};
 use servicing_store::{OutboxEvent, StoreError};
@@ -28,6 +29,20 @@ fn is_later_write_of_an_api_record(record: &EventRecord) -> bool {
             record.change.new_image.get("pk"),
             Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("IDEMPOTENCY#")
         )
+}
+
+/// What EventBridge counts for an entry's `Time` when it is set.
+const TIME_BYTES: usize = 14;
+
+/// When the fact behind an event happened (its `occurredAt`, else its `eventTime`): the bus's
+/// `time`, which archive replays and rules select on, is business time, not when the relay
+/// happened to publish (a record relayed late, or republished, keeps its time). `None`:
+/// EventBridge stamps the publication time.
+fn business_time(detail: &serde_json::Value) -> Option<DateTime> {
+    ["occurredAt", "eventTime"]
+        .iter()
+        .filter_map(|field| detail[field].as_str())
+        .find_map(|text| DateTime::from_str(text, DateTimeFormat::DateTimeWithOffset).ok())
 }
 
 /// The outbox events account-state must apply (the API's accepted payments).
@@ -111,8 +126,13 @@ impl OutboxRelay {
                 };
             }
             let detail = event.detail.to_string();
-            // EventBridge counts Source, DetailType, Detail (and Time/Resources, unused here).
-            let entry_size = event.source.len() + event.detail_type.len() + detail.len();
+            let time = business_time(&event.detail);
+            // EventBridge counts Source, DetailType, Detail, 14 bytes for a Time (and
+            // Resources, unused here).
+            let entry_size = event.source.len()
+                + event.detail_type.len()
+                + detail.len()
+                + time.map_or(0, |_| TIME_BYTES);
             if entry_size > MAX_REQUEST_BYTES {
                 return Plan::Quarantine {
                     reason: format!(
@@ -149,6 +169,7 @@ impl OutboxRelay {
                     .source(event.source)
                     .detail_type(event.detail_type)
                     .detail(detail)
+                    .set_time(time)
                     .set_trace_header(trace_header.clone())
                     .build(),
             );
@@ -179,5 +200,35 @@ pub(crate) fn outbox_events(
     match image.get(OUTBOX) {
         Some(serde_dynamo::AttributeValue::S(json)) => OutboxEvent::decode(Some(json)),
         _ => Err(StoreError::Corrupt("outbox is not a string".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn business_time_is_the_facts_occurrence_with_its_offset_applied() {
+        let at = |detail: serde_json::Value| business_time(&detail).map(|t| t.secs());
+        assert_eq!(
+            at(serde_json::json!({"occurredAt": "2026-10-21T11:30:00+02:00"})),
+            Some(1_792_575_000)
+        );
+        assert_eq!(
+            at(
+                serde_json::json!({"occurredAt": "2026-10-21T09:30:00.250Z", "eventTime": "2026-01-01T00:00:00Z"})
+            ),
+            Some(1_792_575_000)
+        );
+        assert_eq!(
+            at(serde_json::json!({"eventTime": "2026-10-21T09:30:00Z"})),
+            Some(1_792_575_000),
+            "a fact without occurredAt: its event time"
+        );
+        assert_eq!(
+            at(serde_json::json!({"occurredAt": "yesterday"})),
+            None,
+            "unreadable: EventBridge stamps it"
+        );
     }
 }

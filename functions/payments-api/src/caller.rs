@@ -6,7 +6,7 @@ use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt};
 use sha2::{Digest, Sha256};
 
-use crate::command::{self, IdempotencyKey, KeyError, Principal};
+use crate::command::{IdempotencyKey, KeyError, Principal};
 
 /// The caller, as the idempotency scope and the events' `sourceSystem` know it: an IAM user by
 /// its ARN, an assumed role by the role (never by the session, which changes per task, pod and
@@ -52,7 +52,7 @@ fn iam_caller(arn: &str) -> String {
 pub fn operation_id(principal: &Principal, key: &IdempotencyKey) -> String {
     format!(
         "op_{}",
-        &command::hex(&Sha256::digest(
+        &servicing_domain::fingerprint::hex(&Sha256::digest(
             format!("{}\n{}", principal.scope(), key.as_str()).as_bytes()
         ))[..24]
     )

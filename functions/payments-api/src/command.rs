@@ -6,7 +6,6 @@ mod idempotency_key;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 use servicing_domain::{AccountId, Amount, Currency, Fingerprint, types::RuleViolation};
-use sha2::{Digest, Sha256};
 
 pub use idempotency_key::{IdempotencyKey, KeyError};
 
@@ -68,7 +67,7 @@ impl Principal {
 
     /// A key-safe, fixed-length scope for storage keys (a principal may contain `#`).
     pub fn scope(&self) -> String {
-        hex(&Sha256::digest(self.0.as_bytes()))[..32].to_owned()
+        servicing_store::items::principal_scope(&self.0)
     }
 
     /// The contract `sourceSystem` of this caller's payments: `api:<principal>` when that fits
@@ -213,10 +212,6 @@ impl PaymentCommand {
             "eventTime": self.event_time.map(|t| t.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
         }))
     }
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -80,7 +80,8 @@ impl std::fmt::Display for FactTag {
     }
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
     bytes
         .iter()
         .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {

@@ -46,7 +46,8 @@ pub const SCAN_SEGMENTS: i32 = 4;
 
 /// Every item of the given types, by type, from ONE consistent scan pass (in `SCAN_SEGMENTS`
 /// parallel segments): a filter does not reduce what a scan reads, so one pass for several
-/// types costs one table read, not one per type.
+/// types costs one table read, not one per type. An item past its expiry is not returned:
+/// TTL has not deleted it yet, but it is gone (`items::UNEXPIRED`).
 pub async fn scan_types(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -80,7 +81,12 @@ async fn scan_segment(
     let mut scan = client
         .scan()
         .table_name(table)
-        .filter_expression(format!("itemType IN ({})", placeholders.join(", ")))
+        .filter_expression(format!(
+            "itemType IN ({}) AND {}",
+            placeholders.join(", "),
+            servicing_store::items::UNEXPIRED
+        ))
+        .expression_attribute_values(":now", AttributeValue::N(epoch_seconds().to_string()))
         .consistent_read(true)
         .segment(segment)
         .total_segments(SCAN_SEGMENTS);
@@ -161,14 +167,17 @@ pub async fn open_items(store: &ServicingStore, kind: OpenKind) -> anyhow::Resul
 }
 
 /// The claim account-state holds for `source`, if any (consistent read; key layout and record
-/// from the store).
+/// from the store). A claim past its expiry is none: it no longer deduplicates.
 pub async fn account_state_claim(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     source: &servicing_domain::SourceRef,
 ) -> anyhow::Result<Option<ClaimRecord>> {
     let key = servicing_store::items::claim_key("account-state", source);
-    get_record(client, table, key, &format!("the claim of {source}")).await
+    let claim: Option<ClaimRecord> =
+        get_record(client, table, key, &format!("the claim of {source}")).await?;
+    let now = epoch_seconds();
+    Ok(claim.filter(|c| c.expires_at.is_none_or(|at| at >= now)))
 }
 
 /// The item at `key`, decoded as `T` (consistent read; `what` names it in errors).

@@ -7,7 +7,8 @@ use servicing_store::schema::{self, ClaimRecord};
 use servicing_store::{ServicingStore, StoreError};
 
 /// The `detail` of an account's published events of one type (carried by its facts' records),
-/// in business-time order. A scan: for operators and tests on small tables, never on a hot path.
+/// in business-time order; a record past its expiry is gone (`items::UNEXPIRED`). A scan: for
+/// operators and tests on small tables, never on a hot path.
 pub async fn outbox_details(
     store: &ServicingStore,
     account_id: &AccountId,
@@ -17,8 +18,13 @@ pub async fn outbox_details(
         .client()
         .scan()
         .table_name(store.table())
-        .filter_expression(
-            "itemType = :claim AND accountId = :account AND attribute_exists(outbox)",
+        .filter_expression(format!(
+            "itemType = :claim AND accountId = :account AND attribute_exists(outbox) AND {}",
+            servicing_store::items::UNEXPIRED
+        ))
+        .expression_attribute_values(
+            ":now",
+            AttributeValue::N(crate::epoch_seconds().to_string()),
         )
         .expression_attribute_values(":claim", AttributeValue::S(ClaimRecord::ITEM_TYPE.into()))
         .expression_attribute_values(":account", AttributeValue::S(account_id.as_str().into()))

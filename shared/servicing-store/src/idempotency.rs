@@ -4,7 +4,9 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
-use servicing_domain::{AccountId, Currency, Fingerprint};
+use std::collections::{BTreeSet, HashMap};
+
+use servicing_domain::{AccountId, Currency, Fingerprint, SourceRef};
 
 use crate::errors::{classify_service, invalid_request, refuses_the_request};
 use crate::items::{self, Item, s};
@@ -40,6 +42,46 @@ pub enum CommandOutcome {
 }
 
 impl ServicingStore {
+    /// The payments the API accepted under the identities `sources` name: each one's accepted
+    /// event, by source (absent: the API accepted no payment under that identity), read
+    /// consistently in `BatchGetItem`s of at most 100 keys — of the records' `outbox` only,
+    /// all account-state may read of them. A source is looked for under every key it may be
+    /// kept under (`items::accepted_command_keys`): the record whose event has that very
+    /// identity is the one.
+    pub async fn accepted_commands(
+        &self,
+        sources: &[&SourceRef],
+    ) -> Result<HashMap<SourceRef, OutboxEvent>, StoreError> {
+        let keys: BTreeSet<(String, String)> = sources
+            .iter()
+            .flat_map(|source| items::accepted_command_keys(source))
+            .collect();
+        let keys: Vec<(String, String)> = keys.into_iter().collect();
+        let mut found = HashMap::new();
+        for chunk in keys.chunks(crate::loans::BATCH_GET_MAX_KEYS) {
+            found.extend(
+                self.batch_get_attributes(chunk, Some(&[items::OUTBOX]))
+                    .await?,
+            );
+        }
+        let mut accepted = HashMap::new();
+        for source in sources {
+            let events = items::accepted_command_keys(source)
+                .iter()
+                .filter_map(|key| found.get(key))
+                .map(|item| OutboxEvent::decode(items::string(item, items::OUTBOX)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let its_own = events.into_iter().flatten().find(|event| {
+                event.detail["sourceSystem"] == source.system.as_str()
+                    && event.detail["sourceEventId"] == source.event_id.as_str()
+            });
+            if let Some(event) = its_own {
+                accepted.insert((*source).clone(), event);
+            }
+        }
+        Ok(accepted)
+    }
+
     /// Records an API command: the caller-scoped idempotency record (request fingerprint,
     /// response status and body, replay horizon, and the event the relay sends on from its
     /// stream image), in ONE `TransactWriteItems` with a check that the account exists in

@@ -40,6 +40,13 @@ pub const SOURCE_EVENT_ID: &str = "sourceEventId";
 /// The sparse index listing an account's allocations, and its key (`ClaimRecord::allocated_to`).
 pub const ALLOCATIONS_INDEX: &str = "AllocationsIndex";
 pub const ALLOCATED_TO: &str = "allocatedTo";
+/// A record's expiry (epoch s; TTL's attribute). TTL deletes an item past it lazily — days late
+/// on AWS, never on DynamoDB Local — so the item is still read until then.
+pub const EXPIRES_AT: &str = "expiresAt";
+/// The filter that keeps only what is not past its expiry (bind `:now`, epoch s). Every read
+/// that counts or lists records adds it, so what a report says does not depend on when TTL ran;
+/// a record is alive through its `expiresAt` second (the claim's own check is `expiresAt < :now`).
+pub const UNEXPIRED: &str = "(attribute_not_exists(expiresAt) OR expiresAt >= :now)";
 
 pub fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
@@ -322,6 +329,36 @@ pub fn idempotency_key(principal_scope: &str, key: &str) -> (String, String) {
         format!("IDEMPOTENCY#{principal_scope}#{key}"),
         "IDEMPOTENCY".to_owned(),
     )
+}
+
+/// The `sourceSystem` prefix reserved for the payments API: its payments are `api:<principal>`
+/// (or `api:<scope>` when the principal does not fit the contract's charset or length), and
+/// account-state applies a fact under it only as a payment the API accepted.
+pub const API_SOURCE_PREFIX: &str = "api:";
+
+/// A caller's key-safe, fixed-length scope (a principal may contain `#`): the first 32 hex
+/// digits of sha256(principal).
+pub fn principal_scope(principal: &str) -> String {
+    use sha2::{Digest, Sha256};
+    servicing_domain::fingerprint::hex(&Sha256::digest(principal.as_bytes()))[..32].to_owned()
+}
+
+/// The keys under which the API may have recorded the payment `source` names (none when it is
+/// not under `api:`): `api:<name>` is the principal `name`'s, or — when `name` is 32 lowercase
+/// hex digits — may be the scope itself. Both are asked; the record's event tells which.
+pub fn accepted_command_keys(source: &SourceRef) -> Vec<(String, String)> {
+    let Some(name) = source.system.strip_prefix(API_SOURCE_PREFIX) else {
+        return Vec::new();
+    };
+    let mut keys = vec![idempotency_key(&principal_scope(name), &source.event_id)];
+    let is_scope = name.len() == 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if is_scope {
+        keys.push(idempotency_key(name, &source.event_id));
+    }
+    keys
 }
 
 pub fn number(item: &Item, attribute: &str) -> Result<u64, StoreError> {

@@ -13,7 +13,7 @@ use crate::items::{self, Item, Verdict, s};
 use crate::{RecentFacts, ServicingStore, StoreError};
 
 /// DynamoDB's limit of keys per `BatchGetItem`.
-const BATCH_GET_MAX_KEYS: usize = 100;
+pub(crate) const BATCH_GET_MAX_KEYS: usize = 100;
 
 /// The loan item: the account (`None` while only facts parked before its opening are held),
 /// the version the item carries (optimistic concurrency: +1 per fact that changes it), the
@@ -231,8 +231,27 @@ impl ServicingStore {
         &self,
         keys: &[(String, String)],
     ) -> Result<HashMap<(String, String), Item>, StoreError> {
+        self.batch_get_attributes(keys, None).await
+    }
+
+    /// [`Self::batch_get`] of only the named attributes (with `pk` and `sk`), when the role may
+    /// read no others (`dynamodb:Attributes`).
+    pub(crate) async fn batch_get_attributes(
+        &self,
+        keys: &[(String, String)],
+        attributes: Option<&[&str]>,
+    ) -> Result<HashMap<(String, String), Item>, StoreError> {
+        let projection = attributes.map(|names| {
+            [items::PK, items::SK]
+                .iter()
+                .chain(names)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
         let mut request = KeysAndAttributes::builder()
             .set_keys(Some(keys.iter().cloned().map(items::key_item).collect()))
+            .set_projection_expression(projection)
             .consistent_read(true)
             .build()
             .map_err(invalid_request)?;
