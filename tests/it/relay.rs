@@ -178,6 +178,8 @@ enum Injected {
 /// One `PutEvents` request as the fake saw it: per entry, its detail's `eventId` and its
 /// `TraceHeader`.
 type SentEntries = Vec<(String, Option<String>)>;
+/// An entry's detail and its `Time` (epoch seconds) as sent.
+type SentTime = (Value, Option<f64>);
 
 /// An in-process EventBridge (wiremock): answers `PutEvents` from `plan`, notes every entry it
 /// was sent (with its `TraceHeader`) and which it accepted. The relay's chunking, checkpoints
@@ -189,7 +191,7 @@ struct FakeEventBridge {
     requests: Arc<Mutex<Vec<SentEntries>>>,
     accepted: Arc<Mutex<Vec<String>>>,
     /// Every entry's `(Detail, Time)` as sent.
-    sent: Arc<Mutex<Vec<(Value, Option<f64>)>>>,
+    sent: Arc<Mutex<Vec<SentTime>>>,
 }
 
 impl wiremock::Respond for FakeEventBridge {
