@@ -23,7 +23,8 @@ E9132 (issue #31): each role's table grants are exactly its declared (action, ke
 (infra/policy/table-access.json, which tests/it/privileges.rs holds the code to). E9133: the
 servicing bus admits only the relay's role, and that role only the relay's sources. E9134: KMS
 only through services (kms:ViaService); the evidence subscription role trusts only its log groups. E9135: queues and topics refuse
-plain transport; the table has deletion protection.
+plain transport; the table has deletion protection. E9137: the evidence archive has its own KMS
+key, which only the break-glass role may disable, delete or re-police.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
 whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
@@ -1876,4 +1877,87 @@ class TransportAndDeletionGuarded(ServicingRule):
         for name, table in resources(cfn, "AWS::DynamoDB::Table"):
             if str(props(table).get("DeletionProtectionEnabled")).lower() != "true":
                 out.append(self.problem(["Resources", name, "Properties"], f"{name}: DeletionProtectionEnabled is not true"))
+        return out
+
+
+def references(node, name):
+    """Whether `node` (any part of a template) refers to the resource `name` (Ref / GetAtt / Sub)."""
+    if isinstance(node, dict):
+        if logical_id(node) == name:
+            return True
+        if "Fn::Sub" in node:
+            text = sub_text(node) or ""
+            if re.search(r"\$\{" + re.escape(name) + r"(\.[^}]*)?\}", text):
+                return True
+        return any(references(v, name) for v in node.values())
+    if isinstance(node, list):
+        return any(references(v, name) for v in node)
+    return False
+
+
+# What the evidence key may serve: the locked bucket, the stream writing to it, roles, its alias.
+EVIDENCE_KEY_USERS = {"AWS::S3::Bucket", "AWS::KinesisFirehose::DeliveryStream", "AWS::IAM::Role", "AWS::KMS::Alias"}
+# What only the break-glass role may do to it.
+EVIDENCE_KEY_GUARDED = {"kms:DisableKey", "kms:ScheduleKeyDeletion", "kms:DisableKeyRotation", "kms:PutKeyPolicy"}
+
+
+class EvidenceHasItsOwnGuardedKey(ServicingRule):
+    id = "E9137"
+    shortdesc = "The evidence archive has its own KMS key, disabled or deleted only by break-glass"
+    description = (
+        "Issue #31: one KMS key encrypted everything and its policy delegated kms:* to the "
+        "account: an administrator could disable it and make the 7-year, COMPLIANCE-locked "
+        "evidence unreadable. A bucket with Object Lock (the evidence) and every delivery stream "
+        "writing to it encrypt with a key that nothing else uses, retained with the archive, "
+        "whose policy denies disabling, deleting, stopping rotation and rewriting the policy to "
+        "every principal but one (an aws:PrincipalArn condition)."
+    )
+
+    def match(self, cfn):
+        out = []
+        keys = dict(resources(cfn, "AWS::KMS::Key"))
+        for bucket_name, bucket in resources(cfn, "AWS::S3::Bucket"):
+            if not props(bucket).get("ObjectLockEnabled"):
+                continue
+            path = ["Resources", bucket_name, "Properties", "BucketEncryption"]
+            rules = as_list((props(bucket).get("BucketEncryption") or {}).get("ServerSideEncryptionConfiguration") or [])
+            key_name = next((logical_id((r.get("ServerSideEncryptionByDefault") or {}).get("KMSMasterKeyID"))
+                             for r in rules if isinstance(r, dict)), None)
+            if key_name not in keys:
+                out.append(self.problem(path, f"{bucket_name}: evidence must be encrypted with a KMS key of this template"))
+                continue
+            key = keys[key_name]
+            key_path = ["Resources", key_name]
+            for stream_name, stream in resources(cfn, "AWS::KinesisFirehose::DeliveryStream"):
+                destination = props(stream).get("ExtendedS3DestinationConfiguration") or props(stream).get("S3DestinationConfiguration") or {}
+                if logical_id(destination.get("BucketARN")) != bucket_name:
+                    continue
+                used = [
+                    logical_id((props(stream).get("DeliveryStreamEncryptionConfigurationInput") or {}).get("KeyARN")),
+                    logical_id(((destination.get("EncryptionConfiguration") or {}).get("KMSEncryptionConfig") or {}).get("AWSKMSKeyARN")),
+                ]
+                if any(u != key_name for u in used):
+                    out.append(self.problem(["Resources", stream_name, "Properties"],
+                                            f"{stream_name} writes {bucket_name}: it must encrypt with {key_name}, not {used}"))
+            for other_name, other in resources(cfn):
+                if other.get("Type") in EVIDENCE_KEY_USERS or other_name == key_name:
+                    continue
+                if references(other, key_name):
+                    out.append(self.problem(key_path, f"{key_name} encrypts the evidence, yet {other_name} ({other.get('Type')}) uses it too: the evidence key serves the evidence only"))
+            if key.get("DeletionPolicy") != "Retain":
+                out.append(self.problem(key_path, f"{key_name}: the evidence key must be retained (DeletionPolicy: Retain), like the archive"))
+            statements = as_list((props(key).get("KeyPolicy") or {}).get("Statement") or [])
+            guarded = set()
+            for st in statements:
+                if not isinstance(st, dict) or st.get("Effect") != "Deny" or st.get("Principal") not in ("*", {"AWS": "*"}):
+                    continue
+                conditions = st.get("Condition") or {}
+                if any("aws:PrincipalArn" in (conditions.get(test) or {}) for test in ("ArnNotEquals", "ArnNotLike")):
+                    guarded |= set(actions(st))
+            missing = EVIDENCE_KEY_GUARDED - guarded
+            if missing:
+                out.append(self.problem(key_path, (
+                    f"{key_name}: its policy must deny {', '.join(sorted(missing))} to every principal "
+                    "but the break-glass role (Deny, Principal *, ArnNotEquals aws:PrincipalArn)"
+                )))
         return out
