@@ -1015,5 +1015,108 @@ async fn when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_qua
         account_state::MessageResult::Duplicate,
         "{results:?}"
     );
+
+    // Its record gone (one written before records were kept for good, deleted by TTL): the
+    // applied fact's claim proves a resend, never another payload under its identity.
+    let key = servicing_store::items::idempotency_key(&scope, &operation);
+    servicing
+        .client
+        .delete_item()
+        .table_name(&servicing.table)
+        .set_key(Some(servicing_store::items::key_item(key)))
+        .send()
+        .await
+        .expect("delete the record");
+    let report = servicing
+        .handler()
+        .process(&[
+            sqs_message("m-genuine-late", &genuine.to_string(), 1),
+            sqs_message("m-forged-late", &forged[0], 1),
+        ])
+        .await;
+    let of = |id: &str| {
+        report
+            .results
+            .iter()
+            .find(|(m, _)| m == id)
+            .map(|(_, r)| r.clone())
+            .expect("a result per message")
+    };
+    assert_eq!(
+        of("m-genuine-late"),
+        account_state::MessageResult::Duplicate,
+        "{:?}",
+        report.results
+    );
+    assert_eq!(
+        of("m-forged-late"),
+        account_state::MessageResult::Quarantined {
+            code: "api_payment_not_accepted".to_owned()
+        },
+        "{:?}",
+        report.results
+    );
+
+    // A record that does not decode answers for its own fact, not for the batch's others.
+    let (accepted, _) = api(&servicing, None)
+        .post(&post(
+            Some(ALICE),
+            Some("order-2"),
+            &payment("acc_forged", 700, "inv-2"),
+        ))
+        .await;
+    assert_eq!(accepted.status(), 202);
+    let second = api_outbox(&servicing)
+        .await
+        .into_iter()
+        .find(|e| e.detail["reference"] == "inv-2")
+        .expect("the second payment's event")
+        .detail;
+    let mut broken = second.clone();
+    broken["sourceEventId"] = json!("op_000000000000000000000009");
+    let (pk, sk) = servicing_store::items::idempotency_key(&scope, "op_000000000000000000000009");
+    let text = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.to_owned());
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .item("pk", text(&pk))
+        .item("sk", text(&sk))
+        .item("itemType", text("IDEMPOTENCY"))
+        .item("outbox", text("not json"))
+        .send()
+        .await
+        .expect("put a broken record");
+    let report = servicing
+        .handler()
+        .process(&[
+            sqs_message("m-broken", &broken.to_string(), 1),
+            sqs_message("m-second", &second.to_string(), 1),
+        ])
+        .await;
+    let of = |id: &str| {
+        report
+            .results
+            .iter()
+            .find(|(m, _)| m == id)
+            .map(|(_, r)| r.clone())
+            .expect("a result per message")
+    };
+    assert_eq!(
+        of("m-broken"),
+        account_state::MessageResult::Quarantined {
+            code: "api_payment_not_accepted".to_owned()
+        },
+        "{:?}",
+        report.results
+    );
+    assert_eq!(
+        of("m-second"),
+        account_state::MessageResult::Applied,
+        "{:?}",
+        report.results
+    );
+    let (loan, _) = servicing.loan("acc_forged").await.expect("loan");
+    assert_eq!(loan.principal_outstanding_minor, 100_000 - 2_500 - 700);
     assert!(operation.starts_with("op_"));
 }

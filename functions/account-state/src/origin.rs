@@ -5,9 +5,11 @@
 //! sent the message: SQS cannot tell the legitimate senders apart (the relay, the reconciler's
 //! resend of a ready fact, an operator's redrive) from any other principal allowed to send.
 
+use std::collections::HashMap;
+
 use servicing_domain::{AccountId, Fingerprint, ServicingEvent, SourceRef};
-use servicing_store::OutboxEvent;
 use servicing_store::items::API_SOURCE_PREFIX;
+use servicing_store::{OutboxEvent, StoreError};
 use servicing_telemetry::DecidedBy;
 
 use crate::AccountStateHandler;
@@ -22,18 +24,37 @@ fn under_api_prefix(pending: &Pending<'_>) -> bool {
     pending.event.source.system.starts_with(API_SOURCE_PREFIX)
 }
 
-/// Why `accepted` (the event of the payment the API accepted under this identity) does not
-/// prove the fact with `fingerprint` (`None`: it does). The accepted event is what the relay
-/// sends on as the message body, so it decodes into the same fact, fingerprint for fingerprint.
+/// What proves facts under `api:`: the events of the payments the API accepted (by source; an
+/// unreadable record is its own fact's error), and, for an identity whose record is gone (one
+/// written before records were kept for good, deleted by TTL), the fingerprint of the fact
+/// this consumer applied under it.
+type Proofs = (
+    HashMap<SourceRef, Result<OutboxEvent, StoreError>>,
+    HashMap<SourceRef, Fingerprint>,
+);
+
+/// Why the proofs do not prove the fact under `source` with `fingerprint` (`None`: they do).
+/// The accepted event is what the relay sends on as the message body, so it decodes into the
+/// same fact, fingerprint for fingerprint.
 fn unproven(
     source: &SourceRef,
-    accepted: Option<&OutboxEvent>,
+    (accepted, applied): &Proofs,
     fingerprint: &Fingerprint,
 ) -> Option<String> {
-    let Some(accepted) = accepted else {
-        return Some(format!(
-            "{source} is under the payments API's reserved prefix `{API_SOURCE_PREFIX}`, but the API accepted no payment under this identity"
-        ));
+    let accepted = match accepted.get(source) {
+        Some(Ok(event)) => event,
+        Some(Err(e)) => {
+            return Some(format!(
+                "{source}: the payments API's record under this identity does not decode: {e}"
+            ));
+        }
+        // Applied before, as this very payload: a resend, judged as one.
+        None if applied.get(source) == Some(fingerprint) => return None,
+        None => {
+            return Some(format!(
+                "{source} is under the payments API's reserved prefix `{API_SOURCE_PREFIX}`, but the API accepted no payment under this identity"
+            ));
+        }
     };
     match ServicingEvent::decode(accepted.detail.to_string().as_bytes()) {
         Ok(event) if &Fingerprint::of(&event) == fingerprint => None,
@@ -48,8 +69,24 @@ fn unproven(
 }
 
 impl AccountStateHandler {
+    /// The proofs of `sources`: their accepted payments; the claims only of those without one.
+    async fn proofs(&self, sources: &[&SourceRef]) -> Result<Proofs, StoreError> {
+        let accepted = self.store.accepted_commands(sources).await?;
+        let recordless: Vec<&SourceRef> = sources
+            .iter()
+            .copied()
+            .filter(|source| !accepted.contains_key(*source))
+            .collect();
+        let applied = if recordless.is_empty() {
+            HashMap::new()
+        } else {
+            self.store.applied_fingerprints(&recordless).await?
+        };
+        Ok((accepted, applied))
+    }
+
     /// Takes out of `by_account` every fact under `api:` that no accepted payment proves, into
-    /// quarantine, with one read for the whole batch. When that read fails, every account
+    /// quarantine, with one read for the whole batch (and one of claims when a record is gone). When that read fails, every account
     /// holding such a fact is retried whole: an account's later facts never overtake one that
     /// was not judged.
     pub(crate) async fn hold_to_accepted_payments<'a>(
@@ -68,8 +105,8 @@ impl AccountStateHandler {
             return;
         }
         let consumer = self.store.consumer();
-        let accepted = match deadline.bound(self.store.accepted_commands(&sources)).await {
-            Ok(accepted) => accepted,
+        let proofs = match deadline.bound(self.proofs(&sources)).await {
+            Ok(proofs) => proofs,
             Err(e) => {
                 let result = MessageResult::Retry {
                     reason: format!("the payments API's accepted payments could not be read: {e}"),
@@ -97,13 +134,7 @@ impl AccountStateHandler {
             let mut kept = Vec::with_capacity(pending.len());
             for p in pending.drain(..) {
                 let reason = under_api_prefix(&p)
-                    .then(|| {
-                        unproven(
-                            &p.event.source,
-                            accepted.get(&p.event.source),
-                            &p.fingerprint,
-                        )
-                    })
+                    .then(|| unproven(&p.event.source, &proofs, &p.fingerprint))
                     .flatten();
                 match reason {
                     Some(reason) => refused.push((p, reason)),

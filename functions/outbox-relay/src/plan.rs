@@ -36,13 +36,15 @@ const TIME_BYTES: usize = 14;
 
 /// When the fact behind an event happened (its `occurredAt`, else its `eventTime`): the bus's
 /// `time`, which archive replays and rules select on, is business time, not when the relay
-/// happened to publish (a record relayed late, or republished, keeps its time). `None`:
-/// EventBridge stamps the publication time.
-fn business_time(detail: &serde_json::Value) -> Option<DateTime> {
+/// happened to publish (a record relayed late, or republished, keeps its time). Never later
+/// than `now`: a producer's clock may run ahead (within the consumers' skew bound), the bus's
+/// must not. `None`: EventBridge stamps the publication time.
+fn business_time(detail: &serde_json::Value, now: DateTime) -> Option<DateTime> {
     ["occurredAt", "eventTime"]
         .iter()
         .filter_map(|field| detail[field].as_str())
         .find_map(|text| DateTime::from_str(text, DateTimeFormat::DateTimeWithOffset).ok())
+        .map(|time| time.min(now))
 }
 
 /// The outbox events account-state must apply (the API's accepted payments).
@@ -106,6 +108,7 @@ impl OutboxRelay {
             Some(serde_dynamo::AttributeValue::S(header)) => Some(header.clone()),
             _ => None,
         };
+        let now = DateTime::from(std::time::SystemTime::now());
         let mut entries = Vec::with_capacity(events.len());
         let mut size = 0;
         let mut enqueue = None;
@@ -126,7 +129,7 @@ impl OutboxRelay {
                 };
             }
             let detail = event.detail.to_string();
-            let time = business_time(&event.detail);
+            let time = business_time(&event.detail, now);
             // EventBridge counts Source, DetailType, Detail, 14 bytes for a Time (and
             // Resources, unused here).
             let entry_size = event.source.len()
@@ -209,7 +212,8 @@ mod tests {
 
     #[test]
     fn business_time_is_the_facts_occurrence_with_its_offset_applied() {
-        let at = |detail: serde_json::Value| business_time(&detail).map(|t| t.secs());
+        let now = DateTime::from_secs(1_800_000_000);
+        let at = |detail: serde_json::Value| business_time(&detail, now).map(|t| t.secs());
         assert_eq!(
             at(serde_json::json!({"occurredAt": "2026-10-21T11:30:00+02:00"})),
             Some(1_792_575_000)
@@ -224,6 +228,11 @@ mod tests {
             at(serde_json::json!({"eventTime": "2026-10-21T09:30:00Z"})),
             Some(1_792_575_000),
             "a fact without occurredAt: its event time"
+        );
+        assert_eq!(
+            at(serde_json::json!({"occurredAt": "2099-01-01T00:00:00Z"})),
+            Some(1_800_000_000),
+            "a producer's clock ahead: the bus's now"
         );
         assert_eq!(
             at(serde_json::json!({"occurredAt": "yesterday"})),

@@ -167,17 +167,16 @@ pub async fn open_items(store: &ServicingStore, kind: OpenKind) -> anyhow::Resul
 }
 
 /// The claim account-state holds for `source`, if any (consistent read; key layout and record
-/// from the store). A claim past its expiry is none: it no longer deduplicates.
+/// from the store). Past its expiry too, while TTL has not deleted it: one fact's checks (a
+/// redrive, a replay) learn more from it — a `REJECTED` claim still there was never replaced
+/// by an applied one — and judge its expiry themselves.
 pub async fn account_state_claim(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     source: &servicing_domain::SourceRef,
 ) -> anyhow::Result<Option<ClaimRecord>> {
     let key = servicing_store::items::claim_key("account-state", source);
-    let claim: Option<ClaimRecord> =
-        get_record(client, table, key, &format!("the claim of {source}")).await?;
-    let now = epoch_seconds();
-    Ok(claim.filter(|c| c.expires_at.is_none_or(|at| at >= now)))
+    get_record(client, table, key, &format!("the claim of {source}")).await
 }
 
 /// The item at `key`, decoded as `T` (consistent read; `what` names it in errors).

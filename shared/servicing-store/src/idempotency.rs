@@ -45,13 +45,13 @@ impl ServicingStore {
     /// The payments the API accepted under the identities `sources` name: each one's accepted
     /// event, by source (absent: the API accepted no payment under that identity), read
     /// consistently in `BatchGetItem`s of at most 100 keys — of the records' `outbox` only,
-    /// all account-state may read of them. A source is looked for under every key it may be
+    /// all account-state may read of them; a record that does not decode is its fact's error. A source is looked for under every key it may be
     /// kept under (`items::accepted_command_keys`): the record whose event has that very
     /// identity is the one.
     pub async fn accepted_commands(
         &self,
         sources: &[&SourceRef],
-    ) -> Result<HashMap<SourceRef, OutboxEvent>, StoreError> {
+    ) -> Result<HashMap<SourceRef, Result<OutboxEvent, StoreError>>, StoreError> {
         let keys: BTreeSet<(String, String)> = sources
             .iter()
             .flat_map(|source| items::accepted_command_keys(source))
@@ -66,20 +66,63 @@ impl ServicingStore {
         }
         let mut accepted = HashMap::new();
         for source in sources {
-            let events = items::accepted_command_keys(source)
+            for item in items::accepted_command_keys(source)
                 .iter()
                 .filter_map(|key| found.get(key))
-                .map(|item| OutboxEvent::decode(items::string(item, items::OUTBOX)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let its_own = events.into_iter().flatten().find(|event| {
-                event.detail["sourceSystem"] == source.system.as_str()
-                    && event.detail["sourceEventId"] == source.event_id.as_str()
-            });
-            if let Some(event) = its_own {
-                accepted.insert((*source).clone(), event);
+            {
+                // One unreadable record answers for its own fact only, never the batch's.
+                let events = match OutboxEvent::decode(items::string(item, items::OUTBOX)) {
+                    Ok(events) => events,
+                    Err(e) => {
+                        accepted.insert((*source).clone(), Err(e));
+                        break;
+                    }
+                };
+                let its_own = events.into_iter().find(|event| {
+                    event.detail["sourceSystem"] == source.system.as_str()
+                        && event.detail["sourceEventId"] == source.event_id.as_str()
+                });
+                if let Some(event) = its_own {
+                    accepted.insert((*source).clone(), Ok(event));
+                    break;
+                }
             }
         }
         Ok(accepted)
+    }
+
+    /// The fingerprints of the facts among `sources` this consumer holds `APPLIED` claims of
+    /// (one consistent read per 100): what proves an API payment whose record is gone — one
+    /// written before records were kept for good, deleted by TTL — was the one applied.
+    pub async fn applied_fingerprints(
+        &self,
+        sources: &[&SourceRef],
+    ) -> Result<HashMap<SourceRef, Fingerprint>, StoreError> {
+        let keys: Vec<(String, String)> = sources
+            .iter()
+            .map(|source| items::claim_key(&self.config.consumer, source))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut found = HashMap::new();
+        for chunk in keys.chunks(crate::loans::BATCH_GET_MAX_KEYS) {
+            found.extend(self.batch_get(chunk).await?);
+        }
+        let mut applied = HashMap::new();
+        for source in sources {
+            let Some(item) = found.get(&items::claim_key(&self.config.consumer, source)) else {
+                continue;
+            };
+            if items::string(item, items::VERDICT) == Some(items::Verdict::Applied.as_str())
+                && let Some(fingerprint) = items::string(item, items::FINGERPRINT)
+            {
+                applied.insert(
+                    (*source).clone(),
+                    Fingerprint::from_stored(fingerprint.to_owned()),
+                );
+            }
+        }
+        Ok(applied)
     }
 
     /// Records an API command: the caller-scoped idempotency record (request fingerprint,
