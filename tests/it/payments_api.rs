@@ -1034,14 +1034,7 @@ async fn when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_qua
             sqs_message("m-forged-late", &forged[0], 1),
         ])
         .await;
-    let of = |id: &str| {
-        report
-            .results
-            .iter()
-            .find(|(m, _)| m == id)
-            .map(|(_, r)| r.clone())
-            .expect("a result per message")
-    };
+    let of = |id: &str| result_of(&report, id);
     assert_eq!(
         of("m-genuine-late"),
         account_state::MessageResult::Duplicate,
@@ -1094,14 +1087,7 @@ async fn when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_qua
             sqs_message("m-second", &second.to_string(), 1),
         ])
         .await;
-    let of = |id: &str| {
-        report
-            .results
-            .iter()
-            .find(|(m, _)| m == id)
-            .map(|(_, r)| r.clone())
-            .expect("a result per message")
-    };
+    let of = |id: &str| result_of(&report, id);
     assert_eq!(
         of("m-broken"),
         account_state::MessageResult::Quarantined {
@@ -1119,4 +1105,14 @@ async fn when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_qua
     let (loan, _) = servicing.loan("acc_forged").await.expect("loan");
     assert_eq!(loan.principal_outstanding_minor, 100_000 - 2_500 - 700);
     assert!(operation.starts_with("op_"));
+}
+
+/// The result of message `id` in `report` (results are not in message order).
+fn result_of(report: &account_state::BatchReport, id: &str) -> account_state::MessageResult {
+    report
+        .results
+        .iter()
+        .find(|(m, _)| m == id)
+        .map(|(_, r)| r.clone())
+        .expect("a result per message")
 }
