@@ -1,7 +1,8 @@
 //! Facts under the payments API's reserved `sourceSystem` prefix (`api:`) apply only as the
 //! payment the API accepted: its idempotency record, put once by the API and never deleted,
-//! carries that payment's event (the `outbox` attribute, all account-state may read of it). A message anything else put on the queue under that prefix —
-//! forged, or altered on the way — is quarantined. The proof lives in the table, not in who
+//! carries that payment's event (the `outbox` attribute, all account-state may read of it). A
+//! message anything else put on the queue under that prefix — forged, or altered on the way —
+//! is quarantined. The proof lives in the table, not in who
 //! sent the message: SQS cannot tell the legitimate senders apart (the relay, the reconciler's
 //! resend of a ready fact, an operator's redrive) from any other principal allowed to send.
 
@@ -86,9 +87,9 @@ impl AccountStateHandler {
     }
 
     /// Takes out of `by_account` every fact under `api:` that no accepted payment proves, into
-    /// quarantine, with one read for the whole batch (and one of claims when a record is gone). When that read fails, every account
-    /// holding such a fact is retried whole: an account's later facts never overtake one that
-    /// was not judged.
+    /// quarantine, with one read for the whole batch (and one of claims when a record is
+    /// gone). When the reads fail, every account holding such a fact is retried whole: an
+    /// account's later facts never overtake one that was not judged.
     pub(crate) async fn hold_to_accepted_payments<'a>(
         &self,
         by_account: &mut Vec<(AccountId, Vec<Pending<'a>>)>,

@@ -1,11 +1,11 @@
 //! The API's idempotent command: the caller-scoped record and its outbox entry in one transaction.
 
+use std::collections::{BTreeSet, HashMap};
+
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
-use std::collections::{BTreeSet, HashMap};
-
 use servicing_domain::{AccountId, Currency, Fingerprint, SourceRef};
 
 use crate::errors::{classify_service, invalid_request, refuses_the_request};
@@ -45,9 +45,10 @@ impl ServicingStore {
     /// The payments the API accepted under the identities `sources` name: each one's accepted
     /// event, by source (absent: the API accepted no payment under that identity), read
     /// consistently in `BatchGetItem`s of at most 100 keys — of the records' `outbox` only,
-    /// all account-state may read of them; a record that does not decode is its fact's error. A source is looked for under every key it may be
-    /// kept under (`items::accepted_command_keys`): the record whose event has that very
-    /// identity is the one.
+    /// all account-state may read of them; a record that does not decode is its fact's error.
+    /// A source is looked for under every key it may be kept under
+    /// (`items::accepted_command_keys`): the record whose event has that very identity is the
+    /// one.
     pub async fn accepted_commands(
         &self,
         sources: &[&SourceRef],

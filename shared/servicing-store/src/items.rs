@@ -40,12 +40,11 @@ pub const SOURCE_EVENT_ID: &str = "sourceEventId";
 /// The sparse index listing an account's allocations, and its key (`ClaimRecord::allocated_to`).
 pub const ALLOCATIONS_INDEX: &str = "AllocationsIndex";
 pub const ALLOCATED_TO: &str = "allocatedTo";
-/// A record's expiry (epoch s; TTL's attribute). TTL deletes an item past it lazily — days late
-/// on AWS, never on DynamoDB Local — so the item is still read until then.
-pub const EXPIRES_AT: &str = "expiresAt";
-/// The filter that keeps only what is not past its expiry (bind `:now`, epoch s). Every read
-/// that counts or lists records adds it, so what a report says does not depend on when TTL ran;
-/// a record is alive through its `expiresAt` second (the claim's own check is `expiresAt < :now`).
+/// The filter that keeps only what is not past its `expiresAt` (epoch s; bind `:now`). TTL
+/// deletes an item past it lazily — days late on AWS, never on DynamoDB Local — so until then
+/// the item is still read. Every read that counts or lists records adds it, so what a report
+/// says does not depend on when TTL ran; a record is alive through its `expiresAt` second (the
+/// claim's own check is `expiresAt < :now`).
 pub const UNEXPIRED: &str = "(attribute_not_exists(expiresAt) OR expiresAt >= :now)";
 
 pub fn s(value: impl Into<String>) -> AttributeValue {
