@@ -175,11 +175,16 @@ enum Injected {
     ServerError,
 }
 
-/// One `PutEvents` request as the fake saw it: per entry, its detail's `eventId` and its
-/// `TraceHeader`.
-type SentEntries = Vec<(String, Option<String>)>;
-/// An entry's detail and its `Time` (epoch seconds) as sent.
-type SentTime = (Value, Option<f64>);
+/// One `PutEvents` entry as the fake saw it.
+#[derive(Debug, Clone)]
+struct SentEntry {
+    /// Its detail's `eventId`.
+    event_id: String,
+    trace_header: Option<String>,
+    detail: Value,
+    /// Its `Time`, in epoch seconds (absent: EventBridge stamps it).
+    time: Option<f64>,
+}
 
 /// An in-process EventBridge (wiremock): answers `PutEvents` from `plan`, notes every entry it
 /// was sent (with its `TraceHeader`) and which it accepted. The relay's chunking, checkpoints
@@ -188,28 +193,26 @@ type SentTime = (Value, Option<f64>);
 #[derive(Debug, Clone, Default)]
 struct FakeEventBridge {
     plan: Arc<Mutex<VecDeque<Injected>>>,
-    requests: Arc<Mutex<Vec<SentEntries>>>,
+    requests: Arc<Mutex<Vec<Vec<SentEntry>>>>,
     accepted: Arc<Mutex<Vec<String>>>,
-    /// Every entry's `(Detail, Time)` as sent.
-    sent: Arc<Mutex<Vec<SentTime>>>,
 }
 
 impl wiremock::Respond for FakeEventBridge {
     fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
         let body: Value = serde_json::from_slice(&request.body).expect("PutEvents JSON");
-        let entries: SentEntries = body["Entries"]
+        let entries: Vec<SentEntry> = body["Entries"]
             .as_array()
             .expect("entries")
             .iter()
             .map(|e| {
                 let detail: Value =
                     serde_json::from_str(e["Detail"].as_str().unwrap_or("{}")).unwrap_or_default();
-                let event_id = detail["eventId"].as_str().unwrap_or_default().to_owned();
-                self.sent
-                    .lock()
-                    .expect("sent")
-                    .push((detail, e["Time"].as_f64()));
-                (event_id, e["TraceHeader"].as_str().map(str::to_owned))
+                SentEntry {
+                    event_id: detail["eventId"].as_str().unwrap_or_default().to_owned(),
+                    trace_header: e["TraceHeader"].as_str().map(str::to_owned),
+                    detail,
+                    time: e["Time"].as_f64(),
+                }
             })
             .collect();
         self.requests
@@ -233,7 +236,7 @@ impl wiremock::Respond for FakeEventBridge {
         let answers: Vec<Value> = entries
             .iter()
             .enumerate()
-            .map(|(i, (event_id, _))| {
+            .map(|(i, SentEntry { event_id, .. })| {
                 if Some(i) == failing {
                     json!({"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"})
                 } else {
@@ -280,14 +283,19 @@ impl FakeEventBridge {
             .collect()
     }
 
-    fn traces(&self) -> Vec<Option<String>> {
+    /// Every entry sent, in order, whatever request carried it.
+    fn entries(&self) -> Vec<SentEntry> {
         self.requests
             .lock()
             .expect("requests")
             .iter()
             .flatten()
-            .map(|(_, trace)| trace.clone())
+            .cloned()
             .collect()
+    }
+
+    fn traces(&self) -> Vec<Option<String>> {
+        self.entries().into_iter().map(|e| e.trace_header).collect()
     }
 }
 
@@ -379,9 +387,9 @@ async fn when_events_are_relayed_should_carry_their_facts_occurrence_as_the_bus_
     let (_server, config) = fake.start().await;
     let report = relay_with(&servicing, &config, "bus").relay(&records).await;
     assert_eq!(report.checkpoint, None);
-    let sent = fake.sent.lock().expect("sent").clone();
+    let sent = fake.entries();
     assert_eq!(sent.len(), outbox.len());
-    for (detail, time) in sent {
+    for SentEntry { detail, time, .. } in sent {
         let occurred = chrono::DateTime::parse_from_rfc3339(
             detail["occurredAt"].as_str().expect("occurredAt"),
         )
