@@ -53,11 +53,16 @@ impl ServicingStore {
         &self,
         sources: &[&SourceRef],
     ) -> Result<HashMap<SourceRef, Result<OutboxEvent, StoreError>>, StoreError> {
-        let keys: BTreeSet<(String, String)> = sources
+        let wanted: Vec<(&SourceRef, Vec<(String, String)>)> = sources
             .iter()
-            .flat_map(|source| items::accepted_command_keys(source))
+            .map(|source| (*source, items::accepted_command_keys(source)))
             .collect();
-        let keys: Vec<(String, String)> = keys.into_iter().collect();
+        let keys: Vec<(String, String)> = wanted
+            .iter()
+            .flat_map(|(_, keys)| keys.iter().cloned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let mut found = HashMap::new();
         for chunk in keys.chunks(crate::loans::BATCH_GET_MAX_KEYS) {
             found.extend(
@@ -66,16 +71,13 @@ impl ServicingStore {
             );
         }
         let mut accepted = HashMap::new();
-        for source in sources {
-            for item in items::accepted_command_keys(source)
-                .iter()
-                .filter_map(|key| found.get(key))
-            {
+        for (source, keys) in wanted {
+            for item in keys.iter().filter_map(|key| found.get(key)) {
                 // One unreadable record answers for its own fact only, never the batch's.
                 let events = match OutboxEvent::decode(items::string(item, items::OUTBOX)) {
                     Ok(events) => events,
                     Err(e) => {
-                        accepted.insert((*source).clone(), Err(e));
+                        accepted.insert(source.clone(), Err(e));
                         break;
                     }
                 };
@@ -84,7 +86,7 @@ impl ServicingStore {
                         && event.detail["sourceEventId"] == source.event_id.as_str()
                 });
                 if let Some(event) = its_own {
-                    accepted.insert((*source).clone(), Ok(event));
+                    accepted.insert(source.clone(), Ok(event));
                     break;
                 }
             }
