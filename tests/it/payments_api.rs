@@ -107,6 +107,31 @@ pub(crate) async fn api_outbox(servicing: &Servicing) -> Vec<servicing_store::Ou
         .collect()
 }
 
+/// Alice's payment of `amount` on `account` under `key`, accepted (202): the detail of the event
+/// its record carries, what the relay sends on to account-state.
+pub(crate) async fn accepted_payment(
+    servicing: &Servicing,
+    key: &str,
+    account: &str,
+    amount: i64,
+    reference: &str,
+) -> Value {
+    let (accepted, _) = api(servicing, None)
+        .post(&post(
+            Some(ALICE),
+            Some(key),
+            &payment(account, amount, reference),
+        ))
+        .await;
+    assert_eq!(accepted.status(), 202);
+    api_outbox(servicing)
+        .await
+        .into_iter()
+        .find(|e| e.detail["reference"] == reference)
+        .expect("the accepted payment's event")
+        .detail
+}
+
 fn api(servicing: &Servicing, faults: Option<&FaultPlan>) -> PaymentsApi {
     PaymentsApi::new(match faults {
         Some(faults) => servicing.faulty_store("payments-api", faults),
@@ -933,16 +958,7 @@ async fn when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_qua
 ) {
     let servicing = Servicing::new(engine).await;
     open_account(&servicing, "acc_forged").await;
-    let (accepted, _) = api(&servicing, None)
-        .post(&post(
-            Some(ALICE),
-            Some("order-1"),
-            &payment("acc_forged", 2_500, "inv-1"),
-        ))
-        .await;
-    assert_eq!(accepted.status(), 202);
-    let events = api_outbox(&servicing).await;
-    let genuine = events[0].detail.clone();
+    let genuine = accepted_payment(&servicing, "order-1", "acc_forged", 2_500, "inv-1").await;
     let operation = genuine["sourceEventId"]
         .as_str()
         .expect("operation id")
@@ -1051,20 +1067,7 @@ async fn when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_qua
     );
 
     // A record that does not decode answers for its own fact, not for the batch's others.
-    let (accepted, _) = api(&servicing, None)
-        .post(&post(
-            Some(ALICE),
-            Some("order-2"),
-            &payment("acc_forged", 700, "inv-2"),
-        ))
-        .await;
-    assert_eq!(accepted.status(), 202);
-    let second = api_outbox(&servicing)
-        .await
-        .into_iter()
-        .find(|e| e.detail["reference"] == "inv-2")
-        .expect("the second payment's event")
-        .detail;
+    let second = accepted_payment(&servicing, "order-2", "acc_forged", 700, "inv-2").await;
     let mut broken = second.clone();
     broken["sourceEventId"] = json!("op_000000000000000000000009");
     let (pk, sk) = servicing_store::items::idempotency_key(&scope, "op_000000000000000000000009");

@@ -14,7 +14,7 @@ use integration_tests::generate::{fee, open, pay, reverse};
 use integration_tests::servicing::{Servicing, process, push_out_of_recent_facts, sqs_message};
 use serde_json::{Value, json};
 
-use crate::payments_api::{ALICE, get_payment, open_account, payment, post};
+use crate::payments_api::{ALICE, accepted_payment, get_payment, open_account, payment, post};
 
 on_both_engines!(
     when_account_state_runs_should_touch_only_what_its_role_declares,
@@ -140,22 +140,9 @@ async fn when_account_state_runs_should_touch_only_what_its_role_declares(engine
     // A payment the API accepted, applied once its record proves it (the record's event).
     let c = "acc_iam_api_pay";
     open_account(&servicing, c).await;
-    let api = payments_api::PaymentsApi::new(servicing.store("payments-api"));
-    let accepted = api
-        .handle(post(
-            Some(ALICE),
-            Some("iam-state"),
-            &payment(c, 300, "inv-c"),
-        ))
-        .await;
-    assert_eq!(accepted.status(), 202);
-    let event = crate::payments_api::api_outbox(&servicing)
-        .await
-        .into_iter()
-        .find(|e| e.detail["accountId"] == c)
-        .expect("the accepted payment's event");
+    let event = accepted_payment(&servicing, "iam-state", c, 300, "inv-c").await;
     let results = cold()
-        .process(&[sqs_message("api-pay", &event.detail.to_string(), 1)])
+        .process(&[sqs_message("api-pay", &event.to_string(), 1)])
         .await
         .results;
     assert_eq!(results[0].1, MessageResult::Applied, "{results:?}");
