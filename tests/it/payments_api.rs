@@ -26,6 +26,7 @@ on_both_engines!(
     when_two_idempotency_keys_arrive_comma_joined_should_refuse_them_storing_nothing,
     when_a_payment_is_accepted_and_applied_should_keep_its_raw_key_nowhere,
     when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_quarantine_it,
+    when_any_request_of_a_batch_with_api_facts_fails_should_end_as_without_the_fault,
 );
 
 pub(crate) const ALICE: &str = "arn:aws:iam::123456789012:user/alice";
@@ -1108,6 +1109,100 @@ async fn when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_qua
     let (loan, _) = servicing.loan("acc_forged").await.expect("loan");
     assert_eq!(loan.principal_outstanding_minor, 100_000 - 2_500 - 700);
     assert!(operation.starts_with("op_"));
+}
+
+/// The origin check's read is one more request of the batch: a fault at every request index
+/// (the read, the quarantine write, the account reads, the commit; failed or its answer lost),
+/// then the retried messages redelivered, ends where a run without faults does — the
+/// accepted payment applied once, the forged one quarantined once, the other account's fact
+/// applied once.
+async fn when_any_request_of_a_batch_with_api_facts_fails_should_end_as_without_the_fault(
+    engine: Engine,
+) {
+    for fault in [Fault::ServerError, Fault::LoseResponse] {
+        for index in 0.. {
+            let servicing = Servicing::new(engine).await;
+            open_account(&servicing, "acc_api_a").await;
+            open_account(&servicing, "acc_api_b").await;
+            let genuine = accepted_payment(&servicing, "k-1", "acc_api_a", 2_500, "inv-1").await;
+            let mut forged = genuine.clone();
+            forged["sourceEventId"] = json!("op_000000000000000000000007");
+            let other = integration_tests::generate::pay("acc_api_b", "pmt-b", 3, 400);
+            let mut pending = vec![
+                ("m-forged".to_owned(), forged.to_string()),
+                ("m-genuine".to_owned(), genuine.to_string()),
+                ("m-other".to_owned(), other.to_string()),
+            ];
+            let plan = FaultPlan::default();
+            plan.at_request(index, fault);
+            let faulty = servicing.faulty_handler(servicing.config(), &plan);
+            for delivery in 1..=4 {
+                let messages: Vec<_> = pending
+                    .iter()
+                    .map(|(id, body)| sqs_message(id, body, delivery))
+                    .collect();
+                let report = if delivery == 1 {
+                    faulty.process(&messages).await
+                } else {
+                    servicing.handler().process(&messages).await
+                };
+                pending.retain(|(id, _)| {
+                    matches!(
+                        result_of(&report, id),
+                        account_state::MessageResult::Retry { .. }
+                    )
+                });
+            }
+            assert!(
+                pending.is_empty(),
+                "{fault:?} at {index}: still retried {pending:?}"
+            );
+            let principal = |account: &'static str| {
+                let servicing = &servicing;
+                async move {
+                    servicing
+                        .loan(account)
+                        .await
+                        .expect("loan")
+                        .0
+                        .principal_outstanding_minor
+                }
+            };
+            assert_eq!(
+                principal("acc_api_a").await,
+                100_000 - 2_500,
+                "{fault:?} at {index}"
+            );
+            assert_eq!(
+                principal("acc_api_b").await,
+                100_000 - 400,
+                "{fault:?} at {index}"
+            );
+            let refused: Vec<_> = servicing
+                .quarantine()
+                .await
+                .into_iter()
+                .filter(|q| q.code == "api_payment_not_accepted")
+                .collect();
+            // One message quarantined. A quarantine write whose answer was lost is written
+            // again on the redelivery (a plain put keyed by time and message id: a record per
+            // delivery, as for every quarantine code).
+            let messages: BTreeSet<&str> = refused.iter().map(|q| q.message_id.as_str()).collect();
+            assert_eq!(
+                messages,
+                BTreeSet::from(["m-forged"]),
+                "{fault:?} at {index}"
+            );
+            if fault != Fault::LoseResponse {
+                assert_eq!(refused.len(), 1, "{fault:?} at {index}: {refused:?}");
+            }
+            // Past the batch's last request the fault never fired: every index was covered.
+            if plan.pending() > 0 {
+                assert!(index >= 3, "the batch made only {index} requests");
+                break;
+            }
+        }
+    }
 }
 
 /// The result of message `id` in `report` (results are not in message order).
