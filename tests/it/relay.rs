@@ -790,7 +790,7 @@ fn api_payment(seq: &str, event_id: &str, account: &str, reference: &str) -> Eve
 /// An in-process servicing queue and table (wiremock, one server): `SendMessageBatch` refuses,
 /// as SQS does, an entry whose body holds U+FFFF (`InvalidMessageContents`, the sender's
 /// fault) and, as a server-side failure, the entry of `op_transient` (`InternalError`);
-/// `PutItem` (the relay's quarantine) is noted and accepted.
+/// `TransactWriteItems` (the relay's quarantine) is noted and accepted.
 #[derive(Debug, Clone, Default)]
 struct FakeQueueAndTable {
     /// The message ids (`eventId`s) the queue accepted.
@@ -839,8 +839,13 @@ impl wiremock::Respond for FakeQueueAndTable {
                 }
                 json(json!({"Successful": successful, "Failed": failed}))
             }
-            "DynamoDB_20120810.PutItem" => {
-                self.items.lock().expect("items").push(body["Item"].clone());
+            "DynamoDB_20120810.TransactWriteItems" => {
+                // A quarantine: its message's mark, then its record.
+                let puts = body["TransactItems"].as_array().expect("items");
+                self.items
+                    .lock()
+                    .expect("items")
+                    .push(puts.last().expect("a record")["Put"]["Item"].clone());
                 json(json!({}))
             }
             other => wiremock::ResponseTemplate::new(400).set_body_raw(

@@ -16,6 +16,7 @@ on_both_engines!(
     when_a_rejected_claim_belongs_to_another_payload_should_not_release_it,
     when_an_unclaimed_fact_is_redriven_should_judge_it_by_the_recorded_claim_retention,
     when_a_record_is_past_its_expiry_should_be_counted_and_listed_nowhere,
+    when_one_message_is_quarantined_again_should_keep_its_first_record_only,
 );
 
 async fn deliver(servicing: &Servicing, body: &str) -> MessageResult {
@@ -46,6 +47,52 @@ fn fee_source() -> SourceRef {
         system: "fees".into(),
         event_id: "f-usd".into(),
     }
+}
+
+/// A quarantine write whose answer was lost is written again when its message comes back
+/// (redelivered by SQS, retried by the stream): every consumer keeps one record per message,
+/// the first, and its second write succeeds (the message is acknowledged, not retried).
+async fn when_one_message_is_quarantined_again_should_keep_its_first_record_only(engine: Engine) {
+    let servicing = Servicing::new(engine).await;
+    for consumer in quarantine::QUARANTINING {
+        let store = servicing.store(consumer);
+        for (message, reason) in [
+            ("m-again", "first delivery"),
+            ("m-again", "its redelivery"),
+            ("m-other", "another message"),
+        ] {
+            store
+                .quarantine(&QuarantineEntry::new(message, "{", "not_json", reason))
+                .await
+                .expect("quarantined, again or not");
+            // Another millisecond: the key of a record written again would differ.
+            tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        }
+    }
+    let listed = quarantine::list(
+        &servicing.client,
+        &servicing.table,
+        None,
+        quarantine::Listing::last_days(1),
+    )
+    .await
+    .expect("list");
+    for consumer in quarantine::QUARANTINING {
+        let mine: Vec<(&str, &str)> = listed
+            .iter()
+            .filter(|q| q.consumer == consumer)
+            .map(|q| (q.message_id.as_str(), q.reason.as_str()))
+            .collect();
+        assert_eq!(
+            mine,
+            [
+                ("m-again", "first delivery"),
+                ("m-other", "another message")
+            ],
+            "{engine:?} {consumer}"
+        );
+    }
+    assert_eq!(servicing.quarantine().await.len(), 8, "{engine:?}");
 }
 
 async fn when_a_body_is_larger_than_an_item_can_hold_should_quarantine_its_hash_length_and_a_prefix(

@@ -139,6 +139,16 @@ pub fn quarantine_key(
     )
 }
 
+/// A message's quarantine mark: written with its quarantine record, in one transaction, only
+/// where none is yet, so a message that comes back after its record was written (its answer
+/// lost) keeps its first record. In the consumer's quarantine prefix, apart from its days.
+pub fn quarantined_message_key(consumer: &str, message_id: &str) -> (String, String) {
+    (
+        format!("QUARANTINE#{consumer}#message#{message_id}"),
+        "MESSAGE".to_owned(),
+    )
+}
+
 pub fn key_item((pk, sk): (String, String)) -> Item {
     HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
 }

@@ -12,7 +12,10 @@ use std::fmt::Write as _;
 use servicing_domain::{AccountId, Fingerprint, SourceRef};
 use sha2::{Digest, Sha256};
 
-use crate::errors::classify;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+
+use crate::conditions::CREATE_ONLY;
+use crate::errors::{classify_service, refuses_the_request};
 use crate::items::{self, Item};
 use crate::{ServicingStore, StoreError, now_epoch};
 
@@ -83,23 +86,63 @@ impl<'a> QuarantineEntry<'a> {
     }
 }
 
+/// How long a message's quarantine mark is kept: past the longest a message can come back (SQS
+/// keeps one at most 14 days, a stream record 24 hours).
+pub const MESSAGE_MARK_RETENTION_SECS: i64 = 15 * 86_400;
+
 impl ServicingStore {
     /// Stores a quarantine item on its own (undecodable input, collisions, spent retry budgets:
-    /// nothing to claim). Written with a plain put: a redelivered message gets a second record
-    /// rather than none.
+    /// nothing to claim), once per message: with its message's mark, created only where none is
+    /// yet. A message quarantined before (its first write's answer lost, then redelivered)
+    /// keeps its first record, and this succeeds.
     #[tracing::instrument(skip_all, fields(code = entry.code))]
     pub async fn quarantine(&self, entry: &QuarantineEntry<'_>) -> Result<(), StoreError> {
-        let (_, now_millis) = now_epoch();
-        self.client
-            .put_item()
-            .table_name(&self.config.table)
-            .set_item(Some(self.quarantine_item(entry, now_millis)?))
+        let (now, now_millis) = now_epoch();
+        let (pk, sk) = items::quarantined_message_key(&self.config.consumer, entry.message_id);
+        let mut mark = items::key_item((pk, sk));
+        mark.insert(items::ITEM_TYPE.into(), items::s(MESSAGE_MARK_TYPE));
+        mark.insert("quarantinedAt".into(), items::n(now_millis));
+        mark.insert(
+            "expiresAt".into(),
+            items::n(now + MESSAGE_MARK_RETENTION_SECS),
+        );
+        let sent = self
+            .client
+            .transact_write_items()
+            .transact_items(self.put(mark, Some(CREATE_ONLY))?)
+            .transact_items(self.put(self.quarantine_item(entry, now_millis)?, None)?)
             .send()
-            .await
-            .map_err(classify)?;
-        Ok(())
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            Err(e) => match e.into_service_error() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    let codes: Vec<&str> = c
+                        .cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code().unwrap_or("None"))
+                        .collect();
+                    match codes.as_slice() {
+                        ["ConditionalCheckFailed", ..] => {
+                            tracing::info!("message quarantined before: its first record stands");
+                            Ok(())
+                        }
+                        _ if codes.iter().any(|c| refuses_the_request(c)) => Err(
+                            StoreError::Rejected(format!("quarantine refused: {codes:?}")),
+                        ),
+                        _ => Err(StoreError::Transient(format!(
+                            "quarantine cancelled: {codes:?}"
+                        ))),
+                    }
+                }
+                other => Err(classify_service(other)),
+            },
+        }
     }
 }
+
+/// The item type of a message's quarantine mark (`items::quarantined_message_key`).
+pub const MESSAGE_MARK_TYPE: &str = "QUARANTINE_MESSAGE";
 
 impl ServicingStore {
     pub(crate) fn quarantine_item(
