@@ -30,6 +30,7 @@ mod loans;
 pub mod open;
 mod parked;
 mod quarantine;
+mod quarantine_codes;
 mod recent;
 pub mod schema;
 
@@ -46,6 +47,9 @@ pub use idempotency::{CommandOutcome, StoredResponse};
 pub use loans::{LoanItem, Snapshot, Target};
 pub use parked::{ExpiredFact, ExpiryOutcome, UndecodableLoan};
 pub use quarantine::QuarantineEntry;
+pub use quarantine_codes::{
+    QUARANTINE_CODES, QuarantineCode, is_quarantine_code, quarantine_code_names,
+};
 pub use recent::{RECENT_FACTS_MAX, RECENT_FACTS_WINDOW, RecentFacts};
 pub use schema::OutboxEvent;
 

@@ -150,6 +150,11 @@ impl ServicingStore {
         entry: &QuarantineEntry<'_>,
         now_millis: i64,
     ) -> Result<Item, StoreError> {
+        debug_assert!(
+            crate::is_quarantine_code(entry.code),
+            "quarantine code {:?} is not in QUARANTINE_CODES (quarantine_codes.rs, docs/runbook.md)",
+            entry.code
+        );
         let day = chrono::DateTime::from_timestamp_millis(now_millis)
             .map(|t| t.format("%Y-%m-%d").to_string())
             .unwrap_or_default();

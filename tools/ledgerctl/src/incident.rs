@@ -25,7 +25,7 @@ pub struct IncidentArgs {
     #[arg(long)]
     source_system: Option<String>,
     /// Only this account, e.g. `acc-1001`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::account)]
     account: Option<String>,
     /// Decision records: files or directories, plain or gzip (the evidence bucket's objects, a
     /// log export); repeatable. Default: the main job's `.local/decision-records.jsonl`.

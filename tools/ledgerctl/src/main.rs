@@ -107,6 +107,14 @@ type EventsFile = PathBuf;
 
 /// A time as operators type it: RFC 3339 / ISO 8601 (`2026-11-02T10:00:00Z`, an offset, or a
 /// date for its midnight UTC).
+/// An `--account` filter: an account id as the contract spells one (a typo with a space or a
+/// stray character is an error, not a filter that silently matches nothing).
+fn account(text: &str) -> Result<String, String> {
+    servicing_domain::AccountId::parse(text)
+        .map(|a| a.as_str().to_owned())
+        .map_err(|e| format!("{text:?} is not an account id: {e}"))
+}
+
 fn time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     if let Some(t) = servicing_ops::incident::records::parse_time(text) {
         return Ok(t);
@@ -303,5 +311,27 @@ mod tests {
             typo.to_string().contains("pending"),
             "lists the values: {typo}"
         );
+    }
+
+    /// Every filter is checked: a quarantine code out of the closed set (listing the codes),
+    /// an account id no account can have.
+    #[test]
+    fn when_a_filter_holds_a_typo_should_refuse_it() {
+        let list = |flag: &str, value: &str| {
+            Cli::try_parse_from(["ledgerctl", "quarantine", "list", flag, value])
+        };
+        assert!(list("--code", "event_time_in_future").is_ok());
+        let typo = list("--code", "colision").expect_err("not a code");
+        assert_eq!(typo.kind(), ErrorKind::InvalidValue);
+        assert!(typo.to_string().contains("collision"), "{typo}");
+        assert!(list("--account", "acc_1001").is_ok());
+        let typo = list("--account", "acc 1001").expect_err("not an account id");
+        assert_eq!(typo.kind(), ErrorKind::ValueValidation);
+        for args in [
+            ["ledgerctl", "parked", "list", "--account", "acc/1"],
+            ["ledgerctl", "actions", "list", "--account", "acc 1"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
     }
 }

@@ -45,7 +45,7 @@ pub enum ParkedCommand {
     /// Every parked fact (optionally of one account).
     List {
         /// Only this account's, e.g. `--account acc_1001`.
-        #[arg(long)]
+        #[arg(long, value_parser = crate::account)]
         account: Option<String>,
     },
 }

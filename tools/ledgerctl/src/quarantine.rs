@@ -24,11 +24,12 @@ pub enum QuarantineCommand {
         /// Every item ever quarantined: reads the whole table (an audit).
         #[arg(long)]
         all: bool,
-        /// Only this code, e.g. `--code collision` or `--code event_time_in_future`.
-        #[arg(long)]
+        /// Only this code, e.g. `--code collision` or `--code event_time_in_future` (the
+        /// codes and what each means: docs/runbook.md, "Quarantine codes").
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(servicing_store::quarantine_code_names()))]
         code: Option<String>,
         /// Only this account's, e.g. `--account acc_1001`.
-        #[arg(long)]
+        #[arg(long, value_parser = crate::account)]
         account: Option<String>,
     },
     /// Messages in full, raw body included.

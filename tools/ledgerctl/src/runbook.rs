@@ -16,7 +16,7 @@ pub enum ActionsCommand {
     /// Collections actions, oldest first, with filters.
     List {
         /// Only this account's, e.g. `--account acc_1001`.
-        #[arg(long)]
+        #[arg(long, value_parser = crate::account)]
         account: Option<String>,
         /// Only in this status, e.g. `--status pending`. Settled statuses (sent, rejected,
         /// superseded) are history: they need `--all`.
@@ -124,7 +124,7 @@ pub enum OutboxCommand {
         #[arg(long, value_parser = crate::time)]
         to: chrono::DateTime<chrono::Utc>,
         /// Only this account's, e.g. `--account acc_1001`.
-        #[arg(long)]
+        #[arg(long, value_parser = crate::account)]
         account: Option<String>,
         /// The event bus (default: the stack's `ServicingEventBusName`, else $EVENT_BUS_NAME).
         #[arg(long, value_name = "BUS")]

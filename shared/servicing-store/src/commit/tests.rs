@@ -38,7 +38,7 @@ fn when_units_are_built_should_add_exactly_the_items_their_effects_announce() {
     assert!(paid.allocation.is_some() && !paid.outbox.is_empty());
     // One record per fact: the payment's events and allocation ride on its claim.
     let fingerprint = Fingerprint::of(&pay);
-    let entry = QuarantineEntry::new("m-1", "{}", "rule", "a reason");
+    let entry = QuarantineEntry::new("m-1", "{}", "currency_mismatch", "a reason");
     let intent = ActionIntent {
         action_id: "act-1".into(),
         account_id: open.account_id.clone(),
