@@ -23,6 +23,7 @@ on_both_engines!(
     when_an_event_id_comes_back_with_another_detail_or_a_broken_body_should_quarantine_it,
     when_half_is_consumed_live_and_the_rest_backfilled_should_equal_live_consumption,
     when_the_ledger_is_out_of_step_with_servicing_should_name_each_problem,
+    when_a_reversal_entry_is_not_the_opposite_of_its_payments_should_name_it,
     when_a_bill_was_published_without_its_currency_should_post_it_in_the_accounts,
 );
 
@@ -651,6 +652,91 @@ async fn when_the_ledger_is_out_of_step_with_servicing_should_name_each_problem(
     assert!(!holds, "{engine:?}:\n{text}");
     assert!(text.contains("are not the sum of its entries"), "{text}");
     assert!(text.contains("trial balance in EUR is 1, not 0"), "{text}");
+}
+
+/// A reversal's entry is held to the payment's entry it names: the exact opposite, part for
+/// part. One whose split was altered (a cent moved between two parts), or whose payment's entry
+/// the ledger never posted, is named — not only the balances it moves.
+async fn when_a_reversal_entry_is_not_the_opposite_of_its_payments_should_name_it(engine: Engine) {
+    use integration_tests::generate::{fee, open, pay, reverse};
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_reversed";
+    let bodies: Vec<String> = [
+        open(a),
+        fee(a, "fee-1", 3, 700),
+        pay(a, "pay-1", 4, 5_000),
+        reverse(a, "rev-1", "pay-1", 5, 5_000),
+    ]
+    .iter()
+    .map(Value::to_string)
+    .collect();
+    serviced(&servicing, &bodies).await;
+    let handler = ledger_handler(&servicing);
+    let (payments, others): (Vec<String>, Vec<String>) = published(&servicing)
+        .await
+        .into_iter()
+        .partition(|e| e.contains("\"PaymentApplied\""));
+    post_all(std::slice::from_ref(&handler), &others, &mut Rng(5), "o").await;
+
+    // The payment's entry never posted (no grace here): the reversal names what is missing.
+    let (holds, lines) = reconciled(&servicing).await;
+    let text = lines.join("\n");
+    assert!(!holds, "{engine:?}:\n{text}");
+    assert!(text.contains("which the ledger never posted"), "{text}");
+
+    post_all(std::slice::from_ref(&handler), &payments, &mut Rng(6), "p").await;
+    let (holds, lines) = reconciled(&servicing).await;
+    assert!(holds, "{engine:?}:\n{}", lines.join("\n"));
+
+    // A cent moved from one part of the reversal's entry to another.
+    let reversal_id = servicing_domain::outbox::DomainEvent::id_for(
+        servicing_domain::outbox::detail_types::PAYMENT_REVERSED,
+        &servicing_domain::SourceRef {
+            system: "psp".into(),
+            event_id: "rev-1".into(),
+        },
+    );
+    let account = AccountId::parse(a).expect("id");
+    let (pk, sk) = servicing_store::journal::entry_key(&account, &reversal_id);
+    let key = |k: &str| aws_sdk_dynamodb::types::AttributeValue::S(k.to_owned());
+    let item = servicing
+        .client
+        .get_item()
+        .table_name(&servicing.table)
+        .key("pk", key(&pk))
+        .key("sk", key(&sk))
+        .send()
+        .await
+        .expect("read")
+        .item
+        .expect("the reversal's entry");
+    let mut posting: Value =
+        serde_json::from_str(item["posting"].as_s().expect("posting")).expect("json");
+    let transfers = posting["transfers"].as_array_mut().expect("transfers");
+    assert!(transfers.len() >= 2, "{transfers:?}");
+    let moved = |t: &mut Value, by: i64| {
+        t["amountMinor"] = json!(t["amountMinor"].as_i64().expect("amount") + by);
+    };
+    moved(&mut transfers[0], -1);
+    moved(&mut transfers[1], 1);
+    servicing
+        .client
+        .update_item()
+        .table_name(&servicing.table)
+        .key("pk", key(&pk))
+        .key("sk", key(&sk))
+        .update_expression("SET posting = :p")
+        .expression_attribute_values(":p", key(&posting.to_string()))
+        .send()
+        .await
+        .expect("tampered");
+    let (holds, lines) = reconciled(&servicing).await;
+    let text = lines.join("\n");
+    assert!(!holds, "{engine:?}:\n{text}");
+    assert!(
+        text.contains(&format!("reversal entry {reversal_id} does not undo")),
+        "{text}"
+    );
 }
 
 /// Review of #34: `InstallmentDue` carried no currency before the ledger existed; such a bill

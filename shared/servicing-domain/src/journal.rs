@@ -124,6 +124,58 @@ pub struct JournalEntry {
     pub transfers: Vec<Transfer>,
 }
 
+impl JournalEntry {
+    /// Why this reversal's entry is not the exact opposite of `original`, the entry it names in
+    /// `reverses` (`None`: it is — same account, currency and payment, every transfer of the
+    /// payment's entry with its debit and credit swapped, nothing more).
+    pub fn fails_to_undo(&self, original: &JournalEntry) -> Option<String> {
+        let swapped = |entry: &JournalEntry| {
+            let mut legs: Vec<(String, String, i64)> = entry
+                .transfers
+                .iter()
+                .map(|t| (t.credit.code(), t.debit.code(), t.amount_minor))
+                .collect();
+            legs.sort();
+            legs
+        };
+        let mut mine: Vec<(String, String, i64)> = self
+            .transfers
+            .iter()
+            .map(|t| (t.debit.code(), t.credit.code(), t.amount_minor))
+            .collect();
+        mine.sort();
+        let differs = if self.reverses.as_deref() != Some(original.entry_id.as_str()) {
+            format!("it reverses {:?}", self.reverses)
+        } else if original.event_type != detail_types::PAYMENT_APPLIED {
+            format!("the entry it reverses is a {}", original.event_type)
+        } else if (&self.account_id, self.currency) != (&original.account_id, original.currency) {
+            format!(
+                "it is on {} in {}, the payment's on {} in {}",
+                self.account_id,
+                self.currency.as_str(),
+                original.account_id,
+                original.currency.as_str()
+            )
+        } else if self.payment != original.payment {
+            format!(
+                "it names payment {:?}, the entry {:?}",
+                self.payment, original.payment
+            )
+        } else if mine != swapped(original) {
+            format!(
+                "its transfers {mine:?} are not the payment's swapped {:?}",
+                swapped(original)
+            )
+        } else {
+            return None;
+        };
+        Some(format!(
+            "reversal entry {} does not undo {}: {differs}",
+            self.entry_id, original.entry_id
+        ))
+    }
+}
+
 /// An entry with the two times the ledger adds: when it was processed and the accounting
 /// period (a day) it is posted to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@
 //! - every opened account's sub-ledger equals its servicing balances (`SubLedger::differences`):
 //!   principal, interest and fees receivable, customer credit, suspense at zero;
 //! - the trial balance (debits less credits over every sub-ledger) is zero per currency;
+//! - every reversal's entry is the exact opposite of the payment's entry it names;
 //! - the cash the ledger took in and gave back per source system, currency and business date
 //!   equals servicing's applied payments and reversals for the same key (which the money
 //!   reconciliation compares with the provider's settlement file).
@@ -17,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use servicing_domain::journal::{LedgerAccount, SubLedger};
+use servicing_domain::journal::{JournalEntry, LedgerAccount, SubLedger};
 use servicing_domain::outbox::detail_types;
 use servicing_store::items;
 use servicing_store::journal::{EntryRecord, SubLedgerRecord};
@@ -146,6 +147,8 @@ pub async fn reconcile_ledger(
     // Touched within the grace (a sub-ledger, an entry or a loan written then): the scan is no
     // snapshot, so such an account's items may have been read on either side of a write.
     let mut in_flight: BTreeSet<String> = BTreeSet::new();
+    // Every entry by its id: a reversal's is held to the payment's it names.
+    let mut by_id: BTreeMap<String, JournalEntry> = BTreeMap::new();
     for item in entries {
         let posting = schema::from_item::<EntryRecord>(item)
             .map_err(|e| e.to_string())
@@ -209,6 +212,7 @@ pub async fn reconcile_ledger(
             p.reversals += 1;
             p.returned_minor += cash(false);
         }
+        by_id.insert(entry.entry_id.clone(), posting.entry);
     }
 
     let mut loans_opened = Vec::new();
@@ -233,6 +237,20 @@ pub async fn reconcile_ledger(
         if now - record.posted_at < grace_secs {
             in_flight.insert(account.clone());
         }
+    }
+
+    for reversal in by_id.values().filter(|e| e.reverses.is_some()) {
+        let payment = reversal.reverses.as_deref().unwrap_or_default();
+        let why = match by_id.get(payment) {
+            Some(original) => reversal.fails_to_undo(original),
+            // Postings commute: the payment's may follow within the grace.
+            None if in_flight.contains(reversal.account_id.as_str()) => None,
+            None => Some(format!(
+                "reversal entry {} on {} reverses {payment}, which the ledger never posted",
+                reversal.entry_id, reversal.account_id
+            )),
+        };
+        report.problems.extend(why);
     }
 
     for (account, record) in &stored {

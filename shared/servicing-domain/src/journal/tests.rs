@@ -69,12 +69,38 @@ fn when_a_reversal_posts_should_be_the_exact_opposite_linked_to_the_payments_ent
         },
     );
     assert_eq!(reversed.reverses.as_deref(), Some(payment_id.as_str()));
+    // The payment's entry under the id its event has on the bus.
+    let payment = JournalEntry {
+        entry_id: payment_id,
+        ..payment
+    };
     for (p, r) in payment.transfers.iter().zip(&reversed.transfers) {
         assert_eq!(
             (&p.debit, &p.credit, p.amount_minor),
             (&r.credit, &r.debit, r.amount_minor)
         );
     }
+    assert_eq!(reversed.fails_to_undo(&payment), None);
+    // What the reconciliation refuses: another split, another account, another entry.
+    let mut split = reversed.clone();
+    split.transfers[0].amount_minor -= 1;
+    split.transfers[1].amount_minor += 1;
+    let mut elsewhere = reversed.clone();
+    elsewhere.account_id = AccountId::parse("acc_2").expect("id");
+    let mut unlinked = reversed.clone();
+    unlinked.reverses = Some("evt_other".into());
+    for (wrong, says) in [
+        (&split, "transfers"),
+        (&elsewhere, "acc_2"),
+        (&unlinked, "evt_other"),
+    ] {
+        let why = wrong.fails_to_undo(&payment).expect("refused");
+        assert!(why.contains(says), "{why}");
+    }
+    assert!(
+        payment.fails_to_undo(&payment).is_some(),
+        "a payment undoes nothing"
+    );
     let mut ledger = SubLedger::default();
     ledger.post(&payment).expect("posts");
     ledger.post(&reversed).expect("posts");
