@@ -342,6 +342,7 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         .queue_url(&queue_url)
         .max_number_of_messages(10)
         .wait_time_seconds(2)
+        .message_attribute_names("All")
         .send()
         .await
         .expect("receive");
@@ -355,7 +356,47 @@ async fn when_quarantined_messages_are_redriven_should_keep_their_identity_and_r
         vec![reversal.clone(), usd_fee.clone()],
         "original bodies, original identities"
     );
-    let results = deliver(&servicing, &bodies, 1).await;
+    // The operator who redrove a message names it; a redrive without a known operator nothing.
+    let senders: Vec<Option<&str>> = got
+        .messages()
+        .iter()
+        .map(|m| {
+            m.message_attributes()
+                .and_then(|a| a.get(servicing_telemetry::SENT_BY))
+                .and_then(|v| v.string_value())
+        })
+        .collect();
+    assert_eq!(senders, [None, Some(operator)]);
+    // Delivered as SQS delivers it (attributes included): each decision record says who sent
+    // its message.
+    let messages: Vec<_> = got
+        .messages()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut message = sqs_message(&format!("m{i}"), m.body().unwrap_or_default(), 1);
+            for (name, value) in m.message_attributes().into_iter().flatten() {
+                let mut attribute = aws_lambda_events::event::sqs::SqsMessageAttribute::default();
+                attribute.string_value = value.string_value().map(str::to_owned);
+                attribute.data_type = Some(value.data_type().to_owned());
+                message.message_attributes.insert(name.clone(), attribute);
+            }
+            message
+        })
+        .collect();
+    let report = servicing.handler().process(&messages).await;
+    let sent_by = |id: &str| {
+        report
+            .decisions
+            .iter()
+            .find(|d| d.message_id == id)
+            .map(|d| d.sent_by.clone())
+    };
+    assert_eq!(sent_by("m0"), Some(None));
+    assert_eq!(sent_by("m1"), Some(Some(operator.to_owned())));
+    let mut results: Vec<(String, MessageResult)> = report.results;
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    let results: Vec<MessageResult> = results.into_iter().map(|(_, r)| r).collect();
     assert_eq!(
         results[0],
         MessageResult::Applied,

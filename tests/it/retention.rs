@@ -342,7 +342,7 @@ async fn when_distinct_lines_are_sent_within_one_second_should_deliver_every_one
         .into_bytes()
     };
     for (id, account) in [("p-1", "acc_1"), ("p-2", "acc_1"), ("p-3", "acc_2")] {
-        let sent = servicing_ops::replay::send(&sqs, &queue_url, &[line(id, account)])
+        let sent = servicing_ops::replay::send(&sqs, &queue_url, &[line(id, account)], "test")
             .await
             .expect("send");
         assert_eq!(sent, 1);

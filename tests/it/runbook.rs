@@ -41,7 +41,8 @@ async fn when_a_fifo_dead_letter_queue_is_redriven_should_move_each_message_to_i
     assert_eq!(peeked.len(), 3, "a look leaves them there");
     // Peeked messages are invisible for 5 s: the redrive receives them after that.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    let done = servicing_ops::dlq::redrive(&sqs, &dlq, &source, 10)
+    let operator = "arn:aws:iam::111122223333:user/ops-bob";
+    let done = servicing_ops::dlq::redrive(&sqs, &dlq, &source, 10, operator)
         .await
         .expect("redrive");
     assert_eq!((done.moved.len(), done.refused.len()), (3, 0));
@@ -64,6 +65,11 @@ async fn when_a_fifo_dead_letter_queue_is_redriven_should_move_each_message_to_i
         .collect();
     groups.sort();
     assert_eq!(groups.len(), 3);
+    // Each moved message names the operator who moved it.
+    assert!(
+        moved.iter().all(|m| m.sent_by.as_deref() == Some(operator)),
+        "{moved:?}"
+    );
     assert!(
         groups.iter().all(|(group, account)| group == account),
         "{groups:?}"

@@ -148,6 +148,7 @@ impl AccountStateHandler {
             report.decisions.extend(account.decisions);
         }
         decisions::drop_unknown_receive_counts(&mut report.decisions, messages);
+        decisions::stamp_senders(&mut report.decisions, messages);
         // One batch at a time per Lambda instance: the difference is this batch's.
         report.counts.transactions = self.store.transactions_sent() - transactions_before;
         report

@@ -3,7 +3,7 @@
 //! results. `account_loop.rs` tells the [`Trail`] what it sees at each step; nothing here does
 //! I/O but printing.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use servicing_domain::{Currency, DecodeError, EventKind, Fingerprint, ServicingEvent};
@@ -49,6 +49,22 @@ pub(crate) fn drop_unknown_receive_counts(
         if uncounted.contains(record.message_id.as_str()) {
             record.receive_count = None;
         }
+    }
+}
+
+/// Who sent each message no producer sent (its `sentBy` attribute: an operator's ARN, the
+/// reconciler, the daily close), on the records of its delivery.
+pub(crate) fn stamp_senders(decisions: &mut [DecisionRecord], messages: &[SqsMessage]) {
+    let senders: HashMap<&str, String> = messages
+        .iter()
+        .filter_map(|m| {
+            let value = m.message_attributes.get(servicing_telemetry::SENT_BY)?;
+            let sent_by = servicing_telemetry::sent_by(value.string_value.as_deref()?)?;
+            Some((m.message_id.as_deref().unwrap_or_default(), sent_by))
+        })
+        .collect();
+    for record in decisions {
+        record.sent_by = senders.get(record.message_id.as_str()).cloned();
     }
 }
 

@@ -84,7 +84,7 @@ pub async fn close_day(
                     .into_bytes()
             })
             .collect();
-        sent = servicing_ops::replay::send(sqs, queue_url, &bodies).await?;
+        sent = servicing_ops::replay::send(sqs, queue_url, &bodies, "aging").await?;
     }
     Ok(Close {
         business_date,

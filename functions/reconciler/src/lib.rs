@@ -136,7 +136,9 @@ pub async fn run_at(
             "a parked fact stayed ready; sent back to its account"
         );
         let body = ready.fact.body.as_bytes().to_vec();
-        if let Err(e) = servicing_ops::replay::send(sqs, &config.servicing_queue_url, &[body]).await
+        if let Err(e) =
+            servicing_ops::replay::send(sqs, &config.servicing_queue_url, &[body], "reconciler")
+                .await
         {
             problems.push(format!(
                 "{}: cannot send the ready fact {} back: {e:#}",

@@ -20,6 +20,9 @@ pub struct DeadLetter {
     /// Epoch milliseconds of its first send (to the source queue).
     pub sent_at_ms: i64,
     pub group: Option<String>,
+    /// Who sent it, when no producer did (its `sentBy` attribute: an operator's redrive or
+    /// resend, the reconciler, the daily close).
+    pub sent_by: Option<String>,
     pub body: String,
     receipt: String,
 }
@@ -41,6 +44,7 @@ async fn receive(
             .visibility_timeout(hold_secs)
             .wait_time_seconds(1)
             .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names(servicing_telemetry::SENT_BY)
             .send()
             .await
             .map_err(failed(format!("cannot receive from {queue}")))?;
@@ -67,6 +71,11 @@ async fn receive(
                     .and_then(|c| c.parse().ok())
                     .unwrap_or_default(),
                 group: attribute(MessageSystemAttributeName::MessageGroupId),
+                sent_by: m
+                    .message_attributes()
+                    .and_then(|a| a.get(servicing_telemetry::SENT_BY))
+                    .and_then(|v| v.string_value())
+                    .map(str::to_owned),
                 body: m.body.clone().unwrap_or_default(),
                 receipt: m.receipt_handle.clone().unwrap_or_default(),
             });
@@ -92,12 +101,14 @@ pub struct Redrive {
     pub refused: Vec<(String, String)>,
 }
 
-/// Moves up to `max` messages from `dlq` to `to` (a `.fifo` URL is addressed as above).
+/// Moves up to `max` messages from `dlq` to `to` (a `.fifo` URL is addressed as above), marked
+/// as sent by `sent_by` (the operator).
 pub async fn redrive(
     sqs: &aws_sdk_sqs::Client,
     dlq: &str,
     to: &str,
     max: usize,
+    sent_by: &str,
 ) -> anyhow::Result<Redrive> {
     let fifo = to.ends_with(".fifo");
     let letters = receive(sqs, dlq, max, 60).await?;
@@ -107,7 +118,11 @@ pub async fn redrive(
         for (i, letter) in chunk.iter().enumerate() {
             let mut entry = SendMessageBatchRequestEntry::builder()
                 .id(i.to_string())
-                .message_body(&letter.body);
+                .message_body(&letter.body)
+                .message_attributes(
+                    servicing_telemetry::SENT_BY,
+                    crate::replay::sent_by(sent_by)?,
+                );
             if fifo {
                 let group = letter
                     .group

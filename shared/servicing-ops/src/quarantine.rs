@@ -371,6 +371,16 @@ pub async fn redrive(
         .send_message()
         .queue_url(queue_url)
         .message_body(&q.raw_body)
+        .set_message_attributes(
+            options
+                .operator
+                .as_deref()
+                .map(|who| {
+                    crate::replay::sent_by(who)
+                        .map(|v| [(servicing_telemetry::SENT_BY.to_owned(), v)].into())
+                })
+                .transpose()?,
+        )
         .message_group_id(to.group)
         .message_deduplication_id(redrive_deduplication_id(
             &to.deduplication_id,

@@ -137,12 +137,23 @@ pub async fn check(
     Ok(refusals)
 }
 
+/// The message attribute that says who sent a message no producer sent (`sent_by`: an
+/// operator's ARN, or the component re-sending): account-state keeps it on its decision record.
+pub fn sent_by(sent_by: &str) -> anyhow::Result<aws_sdk_sqs::types::MessageAttributeValue> {
+    Ok(aws_sdk_sqs::types::MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(sent_by)
+        .build()?)
+}
+
 /// Sends the lines to the FIFO servicing queue, in order, 10 per request, each addressed by
-/// [`Addressing`] (group = account, deduplication id = identity).
+/// [`Addressing`] (group = account, deduplication id = identity) and marked as sent by
+/// `sent_by` (an operator's ARN, or the component re-sending).
 pub async fn send(
     sqs: &aws_sdk_sqs::Client,
     queue_url: &str,
     lines: &[Vec<u8>],
+    sent_by: &str,
 ) -> anyhow::Result<usize> {
     let mut sent = 0;
     for chunk in lines.chunks(10) {
@@ -155,6 +166,7 @@ pub async fn send(
                 .message_body(body)
                 .message_group_id(to.group)
                 .message_deduplication_id(to.deduplication_id)
+                .message_attributes(servicing_telemetry::SENT_BY, self::sent_by(sent_by)?)
                 .build()?;
             request = request.entries(entry);
         }

@@ -197,6 +197,12 @@ pub struct DecisionRecord {
     /// The X-Ray trace id of the invocation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// Who sent the message, as its [`SENT_BY`] attribute says: an operator's ARN (a redrive, a
+    /// resend), or the component that sent it (`reconciler`, `aging`).
+    /// Absent on a producer's message. The sender's word (any principal allowed to send may
+    /// set it): the proof is CloudTrail's record of the `SendMessage` call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sent_by: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source_system: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -240,6 +246,23 @@ pub struct DecisionRecord {
     pub decided_at: Option<String>,
 }
 
+/// The SQS message attribute naming who sent a message that no producer sent: the operator
+/// (ledgerctl) or the component that re-sent it. Read into [`DecisionRecord::sent_by`].
+pub const SENT_BY: &str = "sentBy";
+
+/// The longest [`SENT_BY`] value a decision record keeps (an IAM ARN is at most 2048
+/// characters; a role session's is far shorter): a longer or unprintable one is not kept.
+pub const SENT_BY_MAX: usize = 512;
+
+/// The value of a [`SENT_BY`] attribute as a record keeps it: printable ASCII, bounded; else
+/// nothing (the attribute is the sender's word, and a log line is no place for arbitrary text).
+pub fn sent_by(value: &str) -> Option<String> {
+    (!value.is_empty()
+        && value.len() <= SENT_BY_MAX
+        && value.bytes().all(|b| (0x20..=0x7e).contains(&b)))
+    .then(|| value.to_owned())
+}
+
 impl DecisionRecord {
     /// A record of `message_id` with nothing known but the verdict (fill in what is known).
     pub fn new(consumer: &str, message_id: &str, verdict: Verdict, decided_by: DecidedBy) -> Self {
@@ -251,6 +274,7 @@ impl DecisionRecord {
             receive_count: None,
             request_id: None,
             trace_id: None,
+            sent_by: None,
             source_system: None,
             source_event_id: None,
             event_type: None,

@@ -15,8 +15,8 @@ use serde_json::{Map, Value, json};
 
 pub use by_source::{SourceTally, bounded_source, decision_emf_documents, emit_decision_metrics};
 pub use decision::{
-    DECISION_RECORD_VERSION, DecidedBy, DecisionRecord, RecordKind, RecordVersion, Verdict,
-    content_key, decision_line, decision_time, print_decision,
+    DECISION_RECORD_VERSION, DecidedBy, DecisionRecord, RecordKind, RecordVersion, SENT_BY,
+    SENT_BY_MAX, Verdict, content_key, decision_line, decision_time, print_decision, sent_by,
 };
 
 pub use trace::{current_trace_id, with_trace};

@@ -233,7 +233,7 @@ pub fn send(args: &SendArgs, target: &Target) -> anyhow::Result<bool> {
             println!("would send {} messages to {queue} (dry run: nothing sent)", lines.len());
             return Ok(true);
         }
-        let sent = replay::send(&target.sqs(), queue, &lines).await?;
+        let sent = replay::send(&target.sqs(), queue, &lines, &operator).await?;
         println!("sent {sent} messages to {queue} (by {operator})");
         Ok(true)
     })

@@ -337,7 +337,8 @@ pub fn dlq(command: &DlqCommand, json: bool, target: &Target) -> anyhow::Result<
                     println!("{}", serde_json::to_string_pretty(&all)?);
                 } else {
                     for l in &letters {
-                        println!("{}\tsent {}\treceived {}x\tgroup {}\t{}", l.message_id, iso(l.sent_at_ms / 1000),
+                        println!("{}\tsent {}{}\treceived {}x\tgroup {}\t{}", l.message_id, iso(l.sent_at_ms / 1000),
+                            l.sent_by.as_deref().map(|who| format!(" by {who}")).unwrap_or_default(),
                             l.receive_count, l.group.as_deref().unwrap_or("-"), l.body);
                     }
                     println!("{} messages looked at in {url}", letters.len());
@@ -362,7 +363,7 @@ pub fn dlq(command: &DlqCommand, json: bool, target: &Target) -> anyhow::Result<
                     println!("would move {} messages from {url} to {to} (dry run: nothing moved)", letters.len());
                     return Ok(true);
                 }
-                let done = dlq::redrive(&target.sqs(), &url, &to, *max as usize).await?;
+                let done = dlq::redrive(&target.sqs(), &url, &to, *max as usize, &operator).await?;
                 for (id, why) in &done.refused {
                     eprintln!("refused {id}: {why} (left in {url})");
                 }

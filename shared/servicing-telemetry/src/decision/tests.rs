@@ -53,6 +53,7 @@ fn full() -> DecisionRecord {
         decided_at: Some("2026-11-02T10:00:01.250Z".into()),
         request_id: Some("req-1".into()),
         trace_id: Some("Root=1-abc".into()),
+        sent_by: Some("arn:aws:iam::111122223333:user/ops-alice".into()),
         decided_by: DecidedBy::StoreRejected,
         ..payment("prov-a", "p1", 2500, Verdict::Released)
     }
@@ -141,6 +142,7 @@ fn when_a_record_is_serialized_should_be_camel_case_versioned_and_omit_the_unkno
     let expected = json!({
         "recordVersion": 1, "kind": "decision", "consumer": "account-state",
         "messageId": "m-p1", "receiveCount": 1, "requestId": "req-1", "traceId": "Root=1-abc",
+        "sentBy": "arn:aws:iam::111122223333:user/ops-alice",
         "sourceSystem": "prov-a", "sourceEventId": "p1", "eventType": "PAYMENT_SETTLED",
         "accountId": "acc_1", "eventTime": "2026-11-02T10:00:00Z", "amountMinor": 2500,
         "currency": "EUR", "fingerprint": record.fingerprint, "contentKey": record.content_key,
@@ -192,4 +194,14 @@ fn when_a_printed_line_is_read_back_should_give_the_record_and_refuse_other_vers
     let mut other = record.to_json();
     other["kind"] = json!("batch");
     assert!(serde_json::from_value::<DecisionRecord>(other).is_err());
+}
+
+#[test]
+fn when_a_message_names_its_sender_should_keep_only_a_bounded_printable_value() {
+    let arn = "arn:aws:sts::111122223333:assumed-role/ops/alice";
+    assert_eq!(sent_by(arn).as_deref(), Some(arn));
+    assert_eq!(sent_by(""), None);
+    assert_eq!(sent_by("ops\nalice"), None);
+    assert_eq!(sent_by(&"a".repeat(SENT_BY_MAX + 1)), None);
+    assert!(sent_by(&"a".repeat(SENT_BY_MAX)).is_some());
 }
