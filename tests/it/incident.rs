@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use servicing_ops::incident::{self, Query};
 
 on_both_engines!(
-    when_a_provider_redelivers_and_resends_under_new_ids_should_reconstruct_each_account_as_it_happened
+    when_a_provider_redelivers_and_resends_under_new_ids_should_reconstruct_each_account_as_it_happened,
+    when_the_accounts_have_collections_actions_should_read_them_by_key_not_by_scan,
 );
 
 const ACCOUNTS: usize = 6;
@@ -386,4 +387,118 @@ async fn when_a_provider_redelivers_and_resends_under_new_ids_should_reconstruct
     );
     assert!(html.contains("prov-a/pa-new-3"));
     std::fs::remove_dir_all(&dir).expect("as the run wrote it");
+}
+
+/// The actions of the accounts an incident touched are read by key — each bucket change a fact
+/// published names its action — and, for those still unsettled, from the open index: every
+/// action of the account found, settled or not, and no read of the whole table.
+async fn when_the_accounts_have_collections_actions_should_read_them_by_key_not_by_scan(
+    engine: Engine,
+) {
+    use wiremock::{Mock, MockServer, ResponseTemplate, matchers::method};
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    // The delinquent sample on two accounts: each passes into DPD_30_59 and gets a notice.
+    let sample = integration_tests::servicing::fixture("delinquent.jsonl");
+    let bodies: Vec<String> = [sample.clone(), sample.replace("7001", "7002")]
+        .iter()
+        .flat_map(|s| {
+            s.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for (i, chunk) in bodies.chunks(10).enumerate() {
+        let messages: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(j, b)| sqs_message(&format!("d-{i}-{j}"), b, 1))
+            .collect();
+        let report = handler.process(&messages).await;
+        assert!(report.response().batch_item_failures.is_empty());
+    }
+    // In business order (a cure seen first would supersede the notice before any call).
+    let mut events = servicing.outbox_records().await;
+    events.retain(|e| e.detail_type == "DelinquencyChanged");
+    events.sort_by_key(|e| {
+        e.detail["occurredAt"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    });
+    let changes: Vec<(bool, String)> = events
+        .iter()
+        .map(|e| {
+            let first = e.detail["accountId"] == "acc_7001";
+            let envelope =
+                json!({"source": e.source, "detail-type": e.detail_type, "detail": e.detail});
+            (first, envelope.to_string())
+        })
+        .collect();
+    // acc_7001's notice is sent (settled); acc_7002's receiver fails (left unsettled).
+    let mut servers = Vec::new();
+    for status in [200, 500] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(status))
+            .mount(&server)
+            .await;
+        servers.push(server);
+    }
+    for (i, (first, change)) in changes.iter().enumerate() {
+        let server = &servers[usize::from(!first)];
+        let notifier = collections::Notifier::new(
+            &format!("{}/notify", server.uri()),
+            collections::CALL_TIMEOUT,
+        )
+        .expect("notifier");
+        let collections =
+            collections::CollectionsHandler::new(servicing.store(collections::CONSUMER), notifier);
+        collections
+            .process(&[sqs_message(&format!("c-{i}"), change, 1)])
+            .await;
+    }
+    let mut stored_actions: Vec<(String, String)> = servicing
+        .items_of_type("ACTION")
+        .await
+        .iter()
+        .map(|i| {
+            let text = |k: &str| i[k].as_s().expect("text").clone();
+            (text("actionId"), text("status"))
+        })
+        .collect();
+    stored_actions.sort();
+    let statuses: std::collections::BTreeSet<&str> =
+        stored_actions.iter().map(|(_, s)| s.as_str()).collect();
+    assert!(
+        stored_actions.len() == 2 && statuses.contains("SENT") && statuses.len() == 2,
+        "{engine:?}: a settled and an unsettled action: {stored_actions:?}"
+    );
+
+    let claims = servicing.claims().await;
+    let wanted = incident::Wanted {
+        consumer: "account-state".into(),
+        identities: claims
+            .iter()
+            .map(|c| (c.source_system.clone(), c.source_event_id.clone()))
+            .collect(),
+        accounts: claims.iter().map(|c| c.account_id.clone()).collect(),
+        ..incident::Wanted::default()
+    };
+    let stored = incident::stored::read(&servicing.client, &servicing.table, &wanted)
+        .await
+        .expect("read");
+    let mut found: Vec<(String, String)> = stored
+        .actions
+        .iter()
+        .map(|a| (a.action_id.clone(), a.status.clone()))
+        .collect();
+    found.sort();
+    assert_eq!(found, stored_actions, "{engine:?}");
+    assert!(
+        stored.queries.iter().all(|q| !q.starts_with("Scan")),
+        "{engine:?}: {:?}",
+        stored.queries
+    );
 }

@@ -109,11 +109,10 @@ impl DelinquencyChanged {
 
     /// The contract's action id: stable for this event, so every replay uses the same one.
     fn action_id(&self) -> String {
-        format!(
-            "collections_notification:{}:{}:{}",
-            self.account_id,
+        servicing_store::items::collections_action_id(
+            self.account_id.as_str(),
             self.to_bucket.as_str(),
-            self.event_id
+            &self.event_id,
         )
     }
 

@@ -98,6 +98,12 @@ pub fn claim_key(consumer: &str, source: &SourceRef) -> (String, String) {
     )
 }
 
+/// The contract's id of the collections notification a `DelinquencyChanged` calls for: stable for
+/// the change, so every replay uses the same one (and a report finds it by key).
+pub fn collections_action_id(account_id: &str, to_bucket: &str, event_id: &str) -> String {
+    format!("collections_notification:{account_id}:{to_bucket}:{event_id}")
+}
+
 pub fn action_key(action_id: &str) -> (String, String) {
     (format!("ACTION#{action_id}"), "ACTION".to_owned())
 }

@@ -1,17 +1,21 @@
 //! What the table holds for an incident's facts: the records of its applied facts (each
 //! payment's allocation, the bucket changes they published) and of the identities that
 //! collided (the first payload, as stored), the quarantine items of the collisions (the second
-//! payload, raw) and the collections actions of the accounts touched. Keyed reads, one scan
-//! for the actions (they have no account index); each read is named for the manifest.
+//! payload, raw) and the collections actions of the accounts touched: those the facts' bucket
+//! changes called for, by key, and those still unsettled, from the open index. Keyed reads and
+//! index queries only, whatever the table's history; each read is named for the manifest.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
-use servicing_store::items::{claim_key, key_item};
+use servicing_domain::outbox::detail_types;
+use servicing_store::items::{self, action_key, claim_key, collections_action_id, key_item};
+use servicing_store::open::OpenKind;
 use servicing_store::schema::{self, ActionItem, ClaimRecord, QuarantineRecord};
+use servicing_store::{ServicingStore, StoreConfig};
 
-use crate::{Item, batch_get, failed, scan_types};
+use crate::{Item, batch_get, failed};
 
 /// `(sourceSystem, sourceEventId)`.
 pub type Identity = (String, String);
@@ -105,12 +109,47 @@ pub async fn read(
         }
     }
     if !wanted.accounts.is_empty() {
-        let mut by_type = scan_types(client, table, &[ActionItem::ITEM_TYPE]).await?;
+        // The actions the bucket changes of the facts read above called for, by their ids
+        // (derived from each change), and the accounts' actions still unsettled (the open
+        // index): keyed reads, whatever the table's history.
+        let called_for: BTreeSet<String> = stored
+            .claims
+            .values()
+            .flat_map(|claim| claim.events().unwrap_or_default())
+            .filter(|e| e.detail_type == detail_types::DELINQUENCY_CHANGED)
+            .filter_map(|e| {
+                let text = |field: &str| e.detail.get(field).and_then(|v| v.as_str());
+                Some(collections_action_id(
+                    text("accountId")?,
+                    text("toBucket")?,
+                    text("eventId")?,
+                ))
+            })
+            .collect();
+        let store = ServicingStore::new(client.clone(), StoreConfig::new(table, "collections"));
+        let mut found = crate::open_items(&store, OpenKind::Action).await?;
         stored.queries.push(format!(
-            "Scan {table}: itemType = ACTION (actions have no account index), kept for {} accounts",
+            "Query {table} OpenIndex: OPEN#ACTION#00..15 (the unsettled actions), kept for {} accounts",
             wanted.accounts.len()
         ));
-        for item in by_type.remove(ActionItem::ITEM_TYPE).unwrap_or_default() {
+        let open: BTreeSet<String> = found
+            .iter()
+            .filter_map(|i| crate::text(i, items::PK).map(str::to_owned))
+            .collect();
+        let keys: Vec<Item> = called_for
+            .iter()
+            .map(|id| action_key(id))
+            .filter(|(pk, _)| !open.contains(pk))
+            .map(key_item)
+            .collect();
+        let asked = keys.len();
+        if !keys.is_empty() {
+            found.extend(batch_get(client, table, keys).await?);
+        }
+        stored.queries.push(format!(
+            "BatchGetItem {table}: the actions of {asked} bucket changes (ACTION#collections_notification:<account>:<bucket>:<eventId>)"
+        ));
+        for item in found {
             let action: ActionItem = schema::from_item(item)
                 .map_err(|e| anyhow::anyhow!("an action item does not decode: {e}"))?;
             if wanted.accounts.contains(&action.account_id) {
