@@ -24,7 +24,9 @@ E9132 (issue #31): each role's table grants are exactly its declared (action, ke
 servicing bus admits only the relay's role, and that role only the relay's sources. E9134: KMS
 only through services (kms:ViaService); the evidence subscription role trusts only its log groups. E9135: queues and topics refuse
 plain transport; the table has deletion protection. E9137: the evidence archive has its own KMS
-key, which only the break-glass role may disable, delete or re-police.
+key, which only the break-glass role may disable, delete or re-police. E9138: the evidence
+queries run in a workgroup that enforces its settings and encrypts results with a KMS key, into a
+bucket that forgets them.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
 whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
@@ -1960,4 +1962,47 @@ class EvidenceHasItsOwnGuardedKey(ServicingRule):
                     f"{key_name}: its policy must deny {', '.join(sorted(missing))} to every principal "
                     "but the break-glass role (Deny, Principal *, ArnNotEquals aws:PrincipalArn)"
                 )))
+        return out
+
+
+class EvidenceQueriesRunEncrypted(ServicingRule):
+    id = "E9138"
+    shortdesc = "Evidence queries run in an enforced workgroup that encrypts results and forgets them"
+    description = (
+        "Issue #31: the runbook's Athena queries ran in the account's primary workgroup, whose "
+        "results location and encryption each user chooses: the evidence's account ids and "
+        "amounts could land unencrypted anywhere, and stay. Every named query names a workgroup "
+        "of this template with EnforceWorkGroupConfiguration, results encrypted with a KMS key "
+        "(SSE_KMS or CSE_KMS, a key given) into a bucket of this template that expires them and "
+        "has no Object Lock (which would keep every result for years)."
+    )
+
+    def match(self, cfn):
+        out = []
+        groups = dict(resources(cfn, "AWS::Athena::WorkGroup"))
+        buckets = dict(resources(cfn, "AWS::S3::Bucket"))
+        for name, query in resources(cfn, "AWS::Athena::NamedQuery"):
+            path = ["Resources", name, "Properties"]
+            group_name = logical_id(props(query).get("WorkGroup"))
+            if group_name not in groups:
+                out.append(self.problem(path, f"{name}: an evidence query must name a WorkGroup of this template (!Ref), not the account's primary one"))
+        for group_name, group in groups.items():
+            path = ["Resources", group_name, "Properties", "WorkGroupConfiguration"]
+            config = props(group).get("WorkGroupConfiguration") or {}
+            if config.get("EnforceWorkGroupConfiguration") is not True:
+                out.append(self.problem(path, f"{group_name}: EnforceWorkGroupConfiguration must be true (else a user overrides where results go and how)"))
+            results = config.get("ResultConfiguration") or {}
+            encryption = results.get("EncryptionConfiguration") or {}
+            if encryption.get("EncryptionOption") not in ("SSE_KMS", "CSE_KMS") or not encryption.get("KmsKey"):
+                out.append(self.problem(path, f"{group_name}: results must be encrypted with a KMS key (SSE_KMS or CSE_KMS and KmsKey)"))
+            location = sub_text(results.get("OutputLocation"))
+            bucket_name = next((b for b in buckets if location and f"${{{b}}}" in location), None)
+            if bucket_name is None:
+                out.append(self.problem(path, f"{group_name}: results must go to a bucket of this template (OutputLocation s3://${{Bucket}}/)"))
+                continue
+            bucket = props(buckets[bucket_name])
+            rules = as_list((bucket.get("LifecycleConfiguration") or {}).get("Rules") or [])
+            if bucket.get("ObjectLockEnabled") or not any(isinstance(r, dict) and r.get("ExpirationInDays") for r in rules):
+                out.append(self.problem(["Resources", bucket_name, "Properties"],
+                                        f"{bucket_name} holds query results: they must expire (a lifecycle ExpirationInDays) and never be locked"))
         return out
