@@ -31,7 +31,8 @@ bucket that forgets them.
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
 whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
 for every consumer the template has, Lambda's REPORT lines kept (system logs at INFO), and every
-alarm linking its runbook entry (docs/runbook.md#<alarm logical id, lower case>).
+alarm linking its runbook entry (${RunbookUrl}#<alarm logical id, lower case>: docs/runbook.md as
+the deployer publishes it).
 """
 
 from __future__ import annotations
@@ -1575,7 +1576,8 @@ class AlarmsLinkTheirRunbook(ServicingRule):
     shortdesc = "Every alarm's description ends with its runbook link"
     description = (
         "The page must say where to start: each alarm's AlarmDescription ends with "
-        "`(runbook: docs/runbook.md#<its logical id, lower case>)`; once docs/runbook.md has an "
+        "`(runbook: ${RunbookUrl}#<its logical id, lower case>)` (a !Sub: the deployer's link to "
+        "docs/runbook.md as published, a repository path by default); once docs/runbook.md has an "
         "entry for any alarm (a heading that is the alarm's id, or an explicit <a id>), it must "
         "have one for every alarm."
     )
@@ -1590,9 +1592,11 @@ class AlarmsLinkTheirRunbook(ServicingRule):
         for name, alarm in alarms:
             anchor = name.lower()
             path = ["Resources", name, "Properties", "AlarmDescription"]
-            desc = text(props(alarm).get("AlarmDescription"))
-            if desc is None or not desc.rstrip().endswith(f"(runbook: docs/runbook.md#{anchor})"):
-                out.append(self.problem(path, f"{name}'s AlarmDescription does not end with (runbook: docs/runbook.md#{anchor})"))
+            raw = props(alarm).get("AlarmDescription")
+            desc = sub_text(raw) if isinstance(raw, dict) else None
+            link = f"(runbook: ${{RunbookUrl}}#{anchor})"
+            if desc is None or not desc.rstrip().endswith(link) or "RunbookUrl" not in (cfn.template.get("Parameters") or {}):
+                out.append(self.problem(path, f"{name}'s AlarmDescription is not a !Sub ending with {link} (and a RunbookUrl parameter)"))
             elif anchors is not None and anchor not in anchors:
                 out.append(self.problem(path, f"docs/runbook.md has no #{anchor} (a heading `{name}` or <a id=\"{anchor}\">)"))
         return out
