@@ -129,21 +129,21 @@ impl JournalEntry {
     /// `reverses` (`None`: it is — same account, currency and payment, every transfer of the
     /// payment's entry with its debit and credit swapped, nothing more).
     pub fn fails_to_undo(&self, original: &JournalEntry) -> Option<String> {
-        let swapped = |entry: &JournalEntry| {
+        // Each transfer as (debit, credit, amount), sorted; `swapped` reads the original's
+        // the other way round.
+        let legs = |entry: &JournalEntry, swapped: bool| {
             let mut legs: Vec<(String, String, i64)> = entry
                 .transfers
                 .iter()
-                .map(|t| (t.credit.code(), t.debit.code(), t.amount_minor))
+                .map(|t| match swapped {
+                    false => (t.debit.code(), t.credit.code(), t.amount_minor),
+                    true => (t.credit.code(), t.debit.code(), t.amount_minor),
+                })
                 .collect();
             legs.sort();
             legs
         };
-        let mut mine: Vec<(String, String, i64)> = self
-            .transfers
-            .iter()
-            .map(|t| (t.debit.code(), t.credit.code(), t.amount_minor))
-            .collect();
-        mine.sort();
+        let (mine, undone) = (legs(self, false), legs(original, true));
         let differs = if self.reverses.as_deref() != Some(original.entry_id.as_str()) {
             format!("it reverses {:?}", self.reverses)
         } else if original.event_type != detail_types::PAYMENT_APPLIED {
@@ -161,11 +161,8 @@ impl JournalEntry {
                 "it names payment {:?}, the entry {:?}",
                 self.payment, original.payment
             )
-        } else if mine != swapped(original) {
-            format!(
-                "its transfers {mine:?} are not the payment's swapped {:?}",
-                swapped(original)
-            )
+        } else if mine != undone {
+            format!("its transfers {mine:?} are not the payment's swapped {undone:?}")
         } else {
             return None;
         };

@@ -80,6 +80,18 @@ where
     }
 }
 
+/// The reason code of each item of a cancelled transaction, in the request's order (`"None"`
+/// for an item that did not cause the cancellation).
+pub(crate) fn cancellation_codes(
+    cancelled: &aws_sdk_dynamodb::types::error::TransactionCanceledException,
+) -> Vec<&str> {
+    cancelled
+        .cancellation_reasons()
+        .iter()
+        .map(|r| r.code().unwrap_or("None"))
+        .collect()
+}
+
 /// DynamoDB error codes (of an operation, or of a cancelled transaction's item) that mean the
 /// request as such is wrong: sending it again cannot help.
 pub(crate) fn refuses_the_request(code: &str) -> bool {

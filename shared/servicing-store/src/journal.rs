@@ -354,11 +354,7 @@ impl ServicingStore {
                     other => return Err(crate::errors::classify_service(other)),
                 },
             };
-            let codes: Vec<&str> = cancelled
-                .cancellation_reasons()
-                .iter()
-                .filter_map(|r| r.code())
-                .collect();
+            let codes = crate::errors::cancellation_codes(&cancelled);
             if codes.contains(&"ConditionalCheckFailed") {
                 return Ok(false);
             }

@@ -99,11 +99,7 @@ impl ServicingStore {
             Ok(_) => Ok(ExpiryOutcome::Expired),
             Err(e) => match e.into_service_error() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
-                    let codes: Vec<&str> = c
-                        .cancellation_reasons()
-                        .iter()
-                        .map(|r| r.code().unwrap_or("None"))
-                        .collect();
+                    let codes = crate::errors::cancellation_codes(&c);
                     // Items: the loan write, then per fact its claim delete and its quarantine.
                     let refused_claims: Vec<SourceRef> = expired
                         .iter()

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 
 use crate::conditions::CREATE_ONLY;
-use crate::errors::{classify_service, refuses_the_request};
+use crate::errors::{cancellation_codes, classify_service, refuses_the_request};
 use crate::items::{self, Item};
 use crate::{ServicingStore, StoreError, now_epoch};
 
@@ -117,11 +117,7 @@ impl ServicingStore {
             Ok(_) => Ok(()),
             Err(e) => match e.into_service_error() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
-                    let codes: Vec<&str> = c
-                        .cancellation_reasons()
-                        .iter()
-                        .map(|r| r.code().unwrap_or("None"))
-                        .collect();
+                    let codes = cancellation_codes(&c);
                     match codes.as_slice() {
                         ["ConditionalCheckFailed", ..] => {
                             tracing::info!("message quarantined before: its first record stands");
