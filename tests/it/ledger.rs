@@ -737,6 +737,27 @@ async fn when_a_reversal_entry_is_not_the_opposite_of_its_payments_should_name_i
         text.contains(&format!("reversal entry {reversal_id} does not undo")),
         "{text}"
     );
+
+    // A second entry undoing the same payment: its cash would go back twice.
+    let mut copy = item.clone();
+    let mut second = posting.clone();
+    second["entryId"] = json!("evt_second_reversal");
+    copy.insert("sk".into(), key("ENTRY#evt_second_reversal"));
+    copy.insert("posting".into(), key(&second.to_string()));
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .set_item(Some(copy))
+        .send()
+        .await
+        .expect("a second reversal entry");
+    let (_, lines) = reconciled(&servicing).await;
+    let text = lines.join("\n");
+    assert!(
+        text.contains("is reversed by 2 entries"),
+        "{engine:?}:\n{text}"
+    );
 }
 
 /// Review of #34: `InstallmentDue` carried no currency before the ledger existed; such a bill

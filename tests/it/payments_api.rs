@@ -1012,6 +1012,31 @@ async fn when_a_fact_under_the_api_prefix_was_not_accepted_by_the_api_should_qua
             .all(|q| q.code == "api_payment_not_accepted" && !q.raw_body.is_empty()),
         "{quarantined:?}"
     );
+    // Never redriven: a forged fact is a security matter, and it would only be refused again.
+    let listed = servicing_ops::quarantine::list(
+        &servicing.client,
+        &servicing.table,
+        None,
+        servicing_ops::quarantine::Listing::last_days(1),
+    )
+    .await
+    .expect("list");
+    let sqs = aws_sdk_sqs::Client::new(&Engine::MiniStack.sdk_config().await);
+    let refused = servicing_ops::quarantine::redrive(
+        &servicing.client,
+        &sqs,
+        &servicing.table,
+        "unused",
+        &listed[0].id,
+        servicing_ops::quarantine::RedriveOptions::default(),
+    )
+    .await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("never a redrive")),
+        "{refused:?}"
+    );
 
     // The accepted payment, sent on by the relay (or resent by an operator): applied once.
     let results = servicing

@@ -144,7 +144,9 @@ impl JournalEntry {
             legs
         };
         let (mine, undone) = (legs(self, false), legs(original, true));
-        let differs = if self.reverses.as_deref() != Some(original.entry_id.as_str()) {
+        let differs = if self.event_type != detail_types::PAYMENT_REVERSED {
+            format!("it is a {}, not a reversal", self.event_type)
+        } else if self.reverses.as_deref() != Some(original.entry_id.as_str()) {
             format!("it reverses {:?}", self.reverses)
         } else if original.event_type != detail_types::PAYMENT_APPLIED {
             format!("the entry it reverses is a {}", original.event_type)

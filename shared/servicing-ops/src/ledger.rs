@@ -147,7 +147,7 @@ pub async fn reconcile_ledger(
     // Touched within the grace (a sub-ledger, an entry or a loan written then): the scan is no
     // snapshot, so such an account's items may have been read on either side of a write.
     let mut in_flight: BTreeSet<String> = BTreeSet::new();
-    // Every entry by its id: a reversal's is held to the payment's it names.
+    // Payments' and reversals' entries by id: a reversal's is held to the payment's it names.
     let mut by_id: BTreeMap<String, JournalEntry> = BTreeMap::new();
     for item in entries {
         let posting = schema::from_item::<EntryRecord>(item)
@@ -212,7 +212,9 @@ pub async fn reconcile_ledger(
             p.reversals += 1;
             p.returned_minor += cash(false);
         }
-        by_id.insert(entry.entry_id.clone(), posting.entry);
+        if entry.payment.is_some() {
+            by_id.insert(entry.entry_id.clone(), posting.entry);
+        }
     }
 
     let mut loans_opened = Vec::new();
@@ -239,8 +241,13 @@ pub async fn reconcile_ledger(
         }
     }
 
+    let mut reversals_of: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for reversal in by_id.values().filter(|e| e.reverses.is_some()) {
         let payment = reversal.reverses.as_deref().unwrap_or_default();
+        reversals_of
+            .entry(payment)
+            .or_default()
+            .push(&reversal.entry_id);
         let why = match by_id.get(payment) {
             Some(original) => reversal.fails_to_undo(original),
             // Postings commute: the payment's may follow within the grace.
@@ -251,6 +258,15 @@ pub async fn reconcile_ledger(
             )),
         };
         report.problems.extend(why);
+    }
+    // A payment is reversed once (servicing refuses a second reversal): two entries undoing it
+    // would give its cash back twice.
+    for (payment, reversals) in reversals_of.iter().filter(|(_, r)| r.len() > 1) {
+        report.problems.push(format!(
+            "payment entry {payment} is reversed by {} entries: {}",
+            reversals.len(),
+            reversals.join(", ")
+        ));
     }
 
     for (account, record) in &stored {

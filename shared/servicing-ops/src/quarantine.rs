@@ -285,6 +285,12 @@ pub async fn redrive(
              the source must resend under a new identity, or correct the first fact"
         ));
     }
+    if q.code == "api_payment_not_accepted" {
+        return Err(anyhow::anyhow!(
+            "{id} is a fact under the payments API's reserved prefix that no accepted payment proves: \
+             a matter for a security review, never a redrive (it would only be refused again)"
+        ));
+    }
     if let Some((bytes, sha256)) = &q.raw_body_truncated {
         return Err(anyhow::anyhow!(
             "{id} kept only the first {} bytes of its {bytes}-byte body (sha256 {sha256}): \

@@ -48,7 +48,8 @@ pub use loans::{LoanItem, Snapshot, Target};
 pub use parked::{ExpiredFact, ExpiryOutcome, UndecodableLoan};
 pub use quarantine::QuarantineEntry;
 pub use quarantine_codes::{
-    QUARANTINE_CODES, QuarantineCode, is_quarantine_code, quarantine_code_names,
+    QUARANTINE_CODES, QuarantineCode, RETIRED_QUARANTINE_CODES, is_quarantine_code,
+    listable_code_names, quarantine_code_names,
 };
 pub use recent::{RECENT_FACTS_MAX, RECENT_FACTS_WINDOW, RecentFacts};
 pub use schema::OutboxEvent;

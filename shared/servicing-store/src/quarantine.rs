@@ -86,15 +86,17 @@ impl<'a> QuarantineEntry<'a> {
     }
 }
 
-/// How long a message's quarantine mark is kept: past the longest a message can come back (SQS
-/// keeps one at most 14 days, a stream record 24 hours).
-pub const MESSAGE_MARK_RETENTION_SECS: i64 = 15 * 86_400;
+/// How long a message's quarantine mark is kept: past the longest a message can come back. SQS
+/// keeps one at most 14 days, and a FIFO queue's dead-letter queue restarts that clock (14 more
+/// days there); a stream record lives 24 hours.
+pub const MESSAGE_MARK_RETENTION_SECS: i64 = 29 * 86_400;
 
 impl ServicingStore {
-    /// Stores a quarantine item on its own (undecodable input, collisions, spent retry budgets:
-    /// nothing to claim), once per message: with its message's mark, created only where none is
-    /// yet. A message quarantined before (its first write's answer lost, then redelivered)
-    /// keeps its first record, and this succeeds.
+    /// Stores a quarantine item on its own (nothing claimed with it: undecodable input,
+    /// collisions, refusals before any claim, the relay's, the ledger's and collections'), once
+    /// per message: with its message's mark, created only where none is yet. A message
+    /// quarantined before (its first write's answer lost, then redelivered) keeps its first
+    /// record, and this succeeds; the later delivery's decision record says what it decided.
     #[tracing::instrument(skip_all, fields(code = entry.code))]
     pub async fn quarantine(&self, entry: &QuarantineEntry<'_>) -> Result<(), StoreError> {
         let (now, now_millis) = now_epoch();

@@ -24,8 +24,9 @@ pub struct IncidentArgs {
     /// Only this source's deliveries (`api` for every API caller), e.g. `prov-a`.
     #[arg(long)]
     source_system: Option<String>,
-    /// Only this account, e.g. `acc-1001`.
-    #[arg(long, value_parser = crate::account)]
+    /// Only this account, e.g. `acc-1001` (as the records name it: an undecodable body's
+    /// account is its raw `accountId`, valid or not, so any text is taken).
+    #[arg(long)]
     account: Option<String>,
     /// Decision records: files or directories, plain or gzip (the evidence bucket's objects, a
     /// log export); repeatable. Default: the main job's `.local/decision-records.jsonl`.

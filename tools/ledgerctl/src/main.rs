@@ -105,16 +105,16 @@ fn account_id(value: &str) -> Result<AccountId, String> {
 /// The events file of `replay`, `reconcile --source` and `send`.
 type EventsFile = PathBuf;
 
-/// A time as operators type it: RFC 3339 / ISO 8601 (`2026-11-02T10:00:00Z`, an offset, or a
-/// date for its midnight UTC).
 /// An `--account` filter: an account id as the contract spells one (a typo with a space or a
 /// stray character is an error, not a filter that silently matches nothing).
 fn account(text: &str) -> Result<String, String> {
-    servicing_domain::AccountId::parse(text)
+    account_id(text)
         .map(|a| a.as_str().to_owned())
         .map_err(|e| format!("{text:?} is not an account id: {e}"))
 }
 
+/// A time as operators type it: RFC 3339 / ISO 8601 (`2026-11-02T10:00:00Z`, an offset, or a
+/// date for its midnight UTC).
 fn time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     if let Some(t) = servicing_ops::incident::records::parse_time(text) {
         return Ok(t);

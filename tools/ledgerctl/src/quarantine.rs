@@ -26,7 +26,7 @@ pub enum QuarantineCommand {
         all: bool,
         /// Only this code, e.g. `--code collision` or `--code event_time_in_future` (the
         /// codes and what each means: docs/runbook.md, "Quarantine codes").
-        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(servicing_store::quarantine_code_names()))]
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(servicing_store::listable_code_names()))]
         code: Option<String>,
         /// Only this account's, e.g. `--account acc_1001`.
         #[arg(long, value_parser = crate::account)]
