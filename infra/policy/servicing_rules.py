@@ -1902,7 +1902,7 @@ def references(node, name):
 
 
 # What the evidence key may serve: the locked bucket, the stream writing to it, roles, its alias.
-EVIDENCE_KEY_USERS = {"AWS::S3::Bucket", "AWS::KinesisFirehose::DeliveryStream", "AWS::IAM::Role", "AWS::KMS::Alias"}
+EVIDENCE_KEY_USERS = {"AWS::S3::Bucket", "AWS::KinesisFirehose::DeliveryStream", "AWS::IAM::Role", "AWS::KMS::Alias", "AWS::Athena::WorkGroup"}
 # What only the break-glass role may do to it.
 EVIDENCE_KEY_GUARDED = {"kms:DisableKey", "kms:ScheduleKeyDeletion", "kms:DisableKeyRotation", "kms:PutKeyPolicy"}
 
@@ -2006,7 +2006,8 @@ class EvidenceQueriesRunEncrypted(ServicingRule):
                 continue
             bucket = props(buckets[bucket_name])
             rules = as_list((bucket.get("LifecycleConfiguration") or {}).get("Rules") or [])
-            if bucket.get("ObjectLockEnabled") or not any(isinstance(r, dict) and r.get("ExpirationInDays") for r in rules):
+            if bucket.get("ObjectLockEnabled") or not any(
+                    isinstance(r, dict) and r.get("ExpirationInDays") and r.get("Status") == "Enabled" for r in rules):
                 out.append(self.problem(["Resources", bucket_name, "Properties"],
                                         f"{bucket_name} holds query results: they must expire (a lifecycle ExpirationInDays) and never be locked"))
         return out

@@ -137,12 +137,12 @@ async fn when_the_day_closes_should_send_one_close_per_account_in_arrears_from_t
     let (queue_url, _) = integration_tests::lambda::queue(&sqs, "servicing", true).await;
     let store = servicing.store("aging");
     let date = "2026-10-31".parse().expect("date");
-    let dry = ::aging::close_day(&store, &sqs, &queue_url, date, true)
+    let dry = ::aging::close_day(&store, &sqs, &queue_url, date, true, "test")
         .await
         .expect("dry run");
     assert_eq!((dry.accounts.len(), dry.sent), (300, 0));
     servicing.requests.reset();
-    let close = ::aging::close_day(&store, &sqs, &queue_url, date, false)
+    let close = ::aging::close_day(&store, &sqs, &queue_url, date, false, "test")
         .await
         .expect("close");
     assert_eq!((close.accounts.len(), close.sent), (300, 300));

@@ -409,15 +409,16 @@ async fn when_the_accounts_have_collections_actions_should_read_them_by_key_not_
                 .collect::<Vec<_>>()
         })
         .collect();
-    for (i, chunk) in bodies.chunks(10).enumerate() {
-        let messages: Vec<_> = chunk
-            .iter()
-            .enumerate()
-            .map(|(j, b)| sqs_message(&format!("d-{i}-{j}"), b, 1))
-            .collect();
-        let report = handler.process(&messages).await;
-        assert!(report.response().batch_item_failures.is_empty());
-    }
+    let now = DateTime::<Utc>::from(std::time::SystemTime::now());
+    let mut lines = Vec::new();
+    deliver(
+        &handler,
+        "d",
+        &bodies,
+        now - Duration::minutes(10),
+        &mut lines,
+    )
+    .await;
     // In business order (a cure seen first would supersede the notice before any call).
     let mut events = servicing.outbox_records().await;
     events.retain(|e| e.detail_type == "DelinquencyChanged");
@@ -455,9 +456,21 @@ async fn when_the_accounts_have_collections_actions_should_read_them_by_key_not_
         .expect("notifier");
         let collections =
             collections::CollectionsHandler::new(servicing.store(collections::CONSUMER), notifier);
-        collections
-            .process(&[sqs_message(&format!("c-{i}"), change, 1)])
-            .await;
+        // Redriven by an operator: collections' decision record names who sent it.
+        let mut message = sqs_message(&format!("c-{i}"), change, 1);
+        let mut sender = aws_lambda_events::event::sqs::SqsMessageAttribute::default();
+        sender.string_value = Some("arn:aws:iam::111122223333:user/ops-carol".into());
+        sender.data_type = Some("String".into());
+        message.message_attributes.insert("sentBy".into(), sender);
+        let report = collections.process_batch(&[message]).await;
+        assert!(
+            !report.decisions.is_empty()
+                && report.decisions.iter().all(|d| {
+                    d.sent_by.as_deref() == Some("arn:aws:iam::111122223333:user/ops-carol")
+                }),
+            "{:?}",
+            report.decisions
+        );
     }
     let mut stored_actions: Vec<(String, String)> = servicing
         .items_of_type("ACTION")
@@ -501,4 +514,31 @@ async fn when_the_accounts_have_collections_actions_should_read_them_by_key_not_
         "{engine:?}: {:?}",
         stored.queries
     );
+
+    // An incident about the payment provider's facts: the notices came from the daily closes
+    // (another source) in the window, and the report still lists each account's, sent or not.
+    let collected = incident::Collected {
+        records: incident::records::from_lines(lines.iter().map(String::as_str)),
+        ..incident::Collected::default()
+    };
+    let query = Query {
+        from: now - Duration::minutes(30),
+        to: now + Duration::minutes(30),
+        consumer: "account-state".into(),
+        source_system: Some("payment-provider".into()),
+        account_id: None,
+        lookback: Duration::hours(1),
+    };
+    let table = Some((&servicing.client, servicing.table.as_str()));
+    let report = incident::reconstruct(&query, &collected, table, now + Duration::minutes(31))
+        .await
+        .expect("report");
+    let mut listed: Vec<(String, String)> = report
+        .accounts
+        .iter()
+        .flat_map(|a| &a.collections_actions)
+        .map(|a| (a.action_id.clone(), a.status.clone()))
+        .collect();
+    listed.sort();
+    assert_eq!(listed, stored_actions, "{engine:?}");
 }

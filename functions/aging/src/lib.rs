@@ -64,13 +64,15 @@ impl Close {
     }
 }
 
-/// Closes `business_date` for every account past due on it (or lists them, `dry_run`).
+/// Closes `business_date` for every account past due on it (or lists them, `dry_run`), the
+/// closes marked as sent by `sent_by` (the schedule: `aging`; by hand: the operator's ARN).
 pub async fn close_day(
     store: &ServicingStore,
     sqs: &aws_sdk_sqs::Client,
     queue_url: &str,
     business_date: NaiveDate,
     dry_run: bool,
+    sent_by: &str,
 ) -> anyhow::Result<Close> {
     let accounts = store.accounts_in_arrears(business_date).await?;
     let mut sent = 0;
@@ -84,7 +86,7 @@ pub async fn close_day(
                     .into_bytes()
             })
             .collect();
-        sent = servicing_ops::replay::send(sqs, queue_url, &bodies, "aging").await?;
+        sent = servicing_ops::replay::send(sqs, queue_url, &bodies, sent_by).await?;
     }
     Ok(Close {
         business_date,
@@ -107,6 +109,7 @@ pub async fn run(
         &config.servicing_queue_url,
         day_ended(now),
         false,
+        "aging",
     )
     .await?;
     tracing::info!(

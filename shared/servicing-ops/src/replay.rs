@@ -139,10 +139,18 @@ pub async fn check(
 
 /// The message attribute that says who sent a message no producer sent (`sent_by`: an
 /// operator's ARN, or the component re-sending): account-state keeps it on its decision record.
+/// A value account-state would not keep (not printable ASCII, longer than
+/// `servicing_telemetry::SENT_BY_MAX`) is refused here, not sent and silently dropped.
 pub fn sent_by(sent_by: &str) -> anyhow::Result<aws_sdk_sqs::types::MessageAttributeValue> {
+    let kept = servicing_telemetry::sent_by(sent_by).ok_or_else(|| {
+        anyhow::anyhow!(
+            "sentBy {sent_by:?} is not printable ASCII of at most {} characters",
+            servicing_telemetry::SENT_BY_MAX
+        )
+    })?;
     Ok(aws_sdk_sqs::types::MessageAttributeValue::builder()
         .data_type("String")
-        .string_value(sent_by)
+        .string_value(kept)
         .build()?)
 }
 

@@ -248,7 +248,15 @@ pub fn close(args: &CloseArgs, target: &Target) -> anyhow::Result<bool> {
         );
         let queue = if args.dry_run { "" } else { target.queue()? };
         let operator = target.authorize(&args.change, args.dry_run).await?;
-        let close = aging::close_day(&store, &target.sqs(), queue, args.date, args.dry_run).await?;
+        let close = aging::close_day(
+            &store,
+            &target.sqs(),
+            queue,
+            args.date,
+            args.dry_run,
+            &operator,
+        )
+        .await?;
         if args.dry_run {
             for account in &close.accounts {
                 println!("{account}");

@@ -77,6 +77,22 @@ impl Query {
                 wanted.accounts.insert(account.clone());
             }
         }
+        // The collections actions of those accounts created in the window may come from their
+        // other facts applied in it (another source, the daily close): their records are read
+        // too, so each bucket change they published names its action (read by key).
+        for t in collected.records.iter().filter(|t| {
+            self.in_window(t.at)
+                && t.record.consumer == self.consumer
+                && t.record.effective_verdict() == Verdict::Applied
+                && t.record
+                    .account_id
+                    .as_ref()
+                    .is_some_and(|a| wanted.accounts.contains(a))
+        }) {
+            if let Some(identity) = identity(&t.record) {
+                wanted.identities.insert(identity);
+            }
+        }
         // Undecodable bodies name no account: their quarantine items may (the account
         // filter cannot select them before that).
         for t in collected.records.iter().filter(|t| {
