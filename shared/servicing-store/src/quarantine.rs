@@ -9,13 +9,13 @@
 
 use std::fmt::Write as _;
 
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use servicing_domain::{AccountId, Fingerprint, SourceRef};
 use sha2::{Digest, Sha256};
 
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-
 use crate::conditions::CREATE_ONLY;
-use crate::errors::{cancellation_codes, classify_service, refuses_the_request};
+use crate::errors::{cancellation_codes, classify, classify_service, refuses_the_request};
 use crate::items::{self, Item};
 use crate::{ServicingStore, StoreError, now_epoch};
 
@@ -117,7 +117,7 @@ impl ServicingStore {
             .await;
         match sent {
             Ok(_) => Ok(()),
-            Err(e) => match e.into_service_error() {
+            Err(SdkError::ServiceError(e)) => match e.into_err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
                     let codes = cancellation_codes(&c);
                     match codes.as_slice() {
@@ -135,6 +135,8 @@ impl ServicingStore {
                 }
                 other => Err(classify_service(other)),
             },
+            // Timeouts, connection failures (transient), a request never built (refused).
+            Err(other) => Err(classify(other)),
         }
     }
 }
