@@ -58,8 +58,7 @@ pub(crate) fn stamp_senders(decisions: &mut [DecisionRecord], messages: &[SqsMes
     let senders: HashMap<&str, String> = messages
         .iter()
         .filter_map(|m| {
-            let value = m.message_attributes.get(servicing_telemetry::SENT_BY)?;
-            let sent_by = servicing_telemetry::sent_by(value.string_value.as_deref()?)?;
+            let sent_by = servicing_telemetry::sent_by_of(m)?;
             Some((m.message_id.as_deref().unwrap_or_default(), sent_by))
         })
         .collect();

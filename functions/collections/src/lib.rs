@@ -175,11 +175,7 @@ impl CollectionsHandler {
                     let (result, record) = self
                         .process_one(&id, body, decisions::receive_count(m))
                         .await;
-                    let sent_by = m
-                        .message_attributes
-                        .get(servicing_telemetry::SENT_BY)
-                        .and_then(|a| a.string_value.as_deref())
-                        .and_then(servicing_telemetry::sent_by);
+                    let sent_by = servicing_telemetry::sent_by_of(m);
                     let record = record.map(|r| DecisionRecord { sent_by, ..r });
                     (id, result, record)
                 })

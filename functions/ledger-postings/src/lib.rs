@@ -168,11 +168,7 @@ impl LedgerPostingsHandler {
                         .get("ApproximateReceiveCount")
                         .and_then(|n| n.parse().ok());
                     let (result, record) = self.process_one(&id, body, receive_count).await;
-                    let sent_by = m
-                        .message_attributes
-                        .get(servicing_telemetry::SENT_BY)
-                        .and_then(|a| a.string_value.as_deref())
-                        .and_then(servicing_telemetry::sent_by);
+                    let sent_by = servicing_telemetry::sent_by_of(m);
                     let record = record.map(|r| DecisionRecord { sent_by, ..r });
                     (id, result, record)
                 })

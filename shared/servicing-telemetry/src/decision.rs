@@ -263,6 +263,15 @@ pub fn sent_by(value: &str) -> Option<String> {
     .then(|| value.to_owned())
 }
 
+/// What a record keeps of an SQS message's [`SENT_BY`] attribute ([`sent_by`]), if it has one.
+pub fn sent_by_of(message: &aws_lambda_events::event::sqs::SqsMessage) -> Option<String> {
+    message
+        .message_attributes
+        .get(SENT_BY)
+        .and_then(|a| a.string_value.as_deref())
+        .and_then(sent_by)
+}
+
 impl DecisionRecord {
     /// A record of `message_id` with nothing known but the verdict (fill in what is known).
     pub fn new(consumer: &str, message_id: &str, verdict: Verdict, decided_by: DecidedBy) -> Self {

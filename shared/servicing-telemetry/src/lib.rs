@@ -17,6 +17,7 @@ pub use by_source::{SourceTally, bounded_source, decision_emf_documents, emit_de
 pub use decision::{
     DECISION_RECORD_VERSION, DecidedBy, DecisionRecord, RecordKind, RecordVersion, SENT_BY,
     SENT_BY_MAX, Verdict, content_key, decision_line, decision_time, print_decision, sent_by,
+    sent_by_of,
 };
 
 pub use trace::{current_trace_id, with_trace};
