@@ -373,28 +373,19 @@ pub async fn redrive(
         }
     }
     let to = crate::replay::Addressing::of(&q.raw_body);
-    let sent = sqs
+    let mut send = sqs
         .send_message()
         .queue_url(queue_url)
         .message_body(&q.raw_body)
-        .set_message_attributes(
-            options
-                .operator
-                .as_deref()
-                .map(|who| {
-                    crate::replay::sent_by(who)
-                        .map(|v| [(servicing_telemetry::SENT_BY.to_owned(), v)].into())
-                })
-                .transpose()?,
-        )
         .message_group_id(to.group)
         .message_deduplication_id(redrive_deduplication_id(
             &to.deduplication_id,
             q.redrive_count + 1,
-        ))
-        .send()
-        .await
-        .map_err(failed("cannot send"))?;
+        ));
+    if let Some(who) = &options.operator {
+        send = send.message_attributes(servicing_telemetry::SENT_BY, crate::replay::sent_by(who)?);
+    }
+    let sent = send.send().await.map_err(failed("cannot send"))?;
     let (pk, sk) = split_id(id)?;
     let operator = options.operator.as_deref().unwrap_or("unknown");
     client
