@@ -50,6 +50,7 @@ impl DelinquencyChanged {
             return Ok(None);
         }
         let detail = &envelope["detail"];
+        servicing_domain::outbox::check_schema_version(detail)?;
         let event_id = detail["eventId"]
             .as_str()
             .filter(|id| !id.is_empty())

@@ -132,3 +132,19 @@ fn when_a_batch_is_counted_should_count_only_the_calls_it_made_as_actions() {
     );
     assert_eq!((metric("Ignored"), metric("Retried")), (Some(1), Some(1)));
 }
+
+#[test]
+fn when_a_detail_is_of_an_unknown_schema_major_should_refuse_it_and_read_one_without_as_1() {
+    let mut envelope = json!({"detail-type": "DelinquencyChanged", "detail": {
+        "schemaVersion": 2, "eventId": "e", "accountId": "acc_1",
+        "occurredAt": "2026-10-01T00:00:00Z", "fromBucket": "DPD_1_29", "toBucket": "DPD_30_59"}});
+    let err = DelinquencyChanged::parse(&envelope).expect_err("version 2");
+    assert!(err.contains("schemaVersion 2 is not supported"), "{err}");
+    envelope["detail"]["schemaVersion"] = json!(1);
+    assert!(matches!(DelinquencyChanged::parse(&envelope), Ok(Some(_))));
+    envelope["detail"]
+        .as_object_mut()
+        .expect("detail")
+        .remove("schemaVersion");
+    assert!(matches!(DelinquencyChanged::parse(&envelope), Ok(Some(_))));
+}

@@ -17,16 +17,7 @@ use crate::plan::API_PAYMENTS;
 /// account-state's fact records and the events they may carry.
 const FACT_RECORDS: &str = "CLAIM#account-state#";
 const FACT_SOURCE: &str = SOURCES[0];
-const DOMAIN_EVENTS: [&str; 8] = [
-    detail_types::LOAN_OPENED,
-    detail_types::INSTALLMENT_DUE,
-    detail_types::INTEREST_ACCRUED,
-    detail_types::FEE_ASSESSED,
-    detail_types::PAYMENT_APPLIED,
-    detail_types::PAYMENT_REVERSED,
-    detail_types::CREDIT_LIMIT_CHANGED,
-    detail_types::DELINQUENCY_CHANGED,
-];
+const DOMAIN_EVENTS: [&str; 8] = detail_types::ALL;
 /// The API's idempotency records and what their one event must say.
 const API_RECORDS: &str = "IDEMPOTENCY#";
 const API_EVENT_TYPE: &str = "PAYMENT_SETTLED";

@@ -72,6 +72,15 @@ pub enum Bucket {
 }
 
 impl Bucket {
+    /// Every bucket, from the best to the worst.
+    pub const ALL: [Bucket; 5] = [
+        Bucket::Current,
+        Bucket::Dpd1To29,
+        Bucket::Dpd30To59,
+        Bucket::Dpd60To89,
+        Bucket::Dpd90Plus,
+    ];
+
     pub fn for_dpd(dpd: u32) -> Self {
         match dpd {
             0 => Bucket::Current,

@@ -26,6 +26,12 @@ pub const CLOSE_SOURCE_SYSTEM: &str = "scheduler";
 /// The only schema major version this build understands.
 pub const SCHEMA_VERSION: i64 = 1;
 
+/// The highest `installmentNo` an `INSTALLMENT_DUE` may carry.
+pub const MAX_INSTALLMENT_NO: i64 = 100_000;
+
+/// The longest `feeType`, of `[A-Z0-9_]`.
+pub const MAX_FEE_TYPE_LEN: usize = 64;
+
 /// A decoded, validated servicing event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServicingEvent {

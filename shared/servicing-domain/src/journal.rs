@@ -215,6 +215,8 @@ pub fn missing_currency(detail: &Value) -> bool {
 /// The entry a published domain event (its EventBridge `detail`) causes: `None` for an event
 /// that moves no money (or moves zero), an error for a detail that is not a valid money event.
 pub fn entry_of(detail: &Value) -> Result<Option<JournalEntry>, Unpostable> {
+    // Before the type: a later major may move money under a type that moves none today.
+    crate::outbox::check_schema_version(detail).map_err(bad)?;
     let event_type = detail["eventType"]
         .as_str()
         .ok_or_else(|| bad("eventType is missing"))?;

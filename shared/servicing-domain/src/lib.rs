@@ -3,6 +3,7 @@
 
 pub mod account;
 pub mod apply;
+pub mod contract;
 pub mod event;
 pub mod fingerprint;
 pub mod journal;

@@ -24,6 +24,10 @@ pub struct DomainEvent {
     pub payload: Value,
 }
 
+/// The schema major version of a domain event's `detail` (its `schemaVersion`; an event
+/// published before it was written carries none and is version 1).
+pub const DOMAIN_EVENT_SCHEMA_VERSION: i64 = 1;
+
 /// Names of the domain event types (EventBridge `detail-type`).
 pub mod detail_types {
     pub const LOAN_OPENED: &str = "LoanOpened";
@@ -34,6 +38,33 @@ pub mod detail_types {
     pub const PAYMENT_REVERSED: &str = "PaymentReversed";
     pub const CREDIT_LIMIT_CHANGED: &str = "CreditLimitChanged";
     pub const DELINQUENCY_CHANGED: &str = "DelinquencyChanged";
+
+    /// Every type, in the order the contract lists the facts that cause them.
+    pub const ALL: [&str; 8] = [
+        LOAN_OPENED,
+        INSTALLMENT_DUE,
+        INTEREST_ACCRUED,
+        FEE_ASSESSED,
+        PAYMENT_APPLIED,
+        PAYMENT_REVERSED,
+        CREDIT_LIMIT_CHANGED,
+        DELINQUENCY_CHANGED,
+    ];
+}
+
+/// Whether a consumer of the bus can read this `detail`: its `schemaVersion`, when it has one,
+/// is the major version this build publishes. An unknown major is refused rather than guessed.
+pub fn check_schema_version(detail: &Value) -> Result<(), String> {
+    match detail.get("schemaVersion") {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) if v.as_i64() == Some(DOMAIN_EVENT_SCHEMA_VERSION) => Ok(()),
+        Some(v) => Err(match v.as_i64() {
+            Some(major) => format!(
+                "schemaVersion {major} is not supported (supported: {DOMAIN_EVENT_SCHEMA_VERSION})"
+            ),
+            None => "schemaVersion must be an integer".to_owned(),
+        }),
+    }
 }
 
 impl DomainEvent {
@@ -89,6 +120,7 @@ impl DomainEvent {
     /// The JSON published downstream (EventBridge `detail`): envelope fields plus the payload.
     pub fn detail(&self) -> Value {
         let mut detail = json!({
+            "schemaVersion": DOMAIN_EVENT_SCHEMA_VERSION,
             "eventId": self.event_id,
             "eventType": self.detail_type,
             "accountId": self.account_id.as_str(),

@@ -37,8 +37,13 @@ pub struct SourceRef {
 }
 
 impl SourceRef {
+    /// Longest `sourceSystem`, in bytes (ASCII: characters).
+    pub const MAX_SYSTEM_LEN: usize = 64;
+    /// Longest `sourceEventId`, in bytes (ASCII: characters).
+    pub const MAX_EVENT_ID_LEN: usize = 128;
+
     pub fn parse_system(system: &str) -> Result<String, RuleViolation> {
-        check_len(system, 64)?;
+        check_len(system, Self::MAX_SYSTEM_LEN)?;
         if !system
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
@@ -49,7 +54,7 @@ impl SourceRef {
     }
 
     pub fn parse_event_id(event_id: &str) -> Result<String, RuleViolation> {
-        check_len(event_id, 128)?;
+        check_len(event_id, Self::MAX_EVENT_ID_LEN)?;
         if !event_id.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
             return Err(violation("must be printable ASCII without spaces"));
         }
@@ -76,8 +81,11 @@ impl fmt::Display for SourceRef {
 pub struct AccountId(String);
 
 impl AccountId {
+    /// Longest account id, in bytes (ASCII: characters).
+    pub const MAX_LEN: usize = 64;
+
     pub fn parse(value: &str) -> Result<Self, RuleViolation> {
-        check_len(value, 64)?;
+        check_len(value, Self::MAX_LEN)?;
         if !value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))

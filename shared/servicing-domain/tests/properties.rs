@@ -320,6 +320,27 @@ fn mixed() -> impl Strategy<Value = Mixed> {
     ]
 }
 
+/// The validator of a bus event type's schema (built once per type).
+fn bus_validator(detail_type: &str) -> &'static jsonschema::Validator {
+    static VALIDATORS: std::sync::OnceLock<HashMap<&'static str, jsonschema::Validator>> =
+        std::sync::OnceLock::new();
+    let all = VALIDATORS.get_or_init(|| {
+        servicing_domain::contract::DOMAIN
+            .iter()
+            .map(|(t, _)| {
+                let schema = servicing_domain::contract::domain_schema(t).expect("a type");
+                let validator = jsonschema::draft202012::options()
+                    .should_validate_formats(true)
+                    .build(&schema)
+                    .expect("a valid JSON Schema");
+                (*t, validator)
+            })
+            .collect()
+    });
+    all.get(detail_type)
+        .unwrap_or_else(|| panic!("{detail_type} has no published schema"))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -434,6 +455,24 @@ proptest! {
         let resends = deliveries.iter().filter(|(_, r)| *r).count() as u64;
         prop_assert_eq!(ledger.counts().duplicates, resends);
         prop_assert!(ledger.quarantine().len() == ledger.counts().quarantined as usize);
+    }
+
+    /// Every event `apply` publishes is exactly what its published schema
+    /// (`docs/schemas/bus/`) describes: every field it writes is named there, with its rule.
+    #[test]
+    fn every_published_event_matches_its_bus_schema((principal, ops) in ops()) {
+        let mut ledger = Ledger::new();
+        for e in stream(principal, &ops) {
+            ledger.ingest(e.to_string().as_bytes());
+        }
+        for event in ledger.outbox() {
+            let detail = event.detail();
+            let errors: Vec<String> = bus_validator(&event.detail_type)
+                .iter_errors(&detail)
+                .map(|e| e.to_string())
+                .collect();
+            prop_assert!(errors.is_empty(), "{}: {:?}", detail, errors);
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::{Map, Value};
 
 use super::duplicate_keys::unique_keys;
-use super::{EventKind, SCHEMA_VERSION, ServicingEvent};
+use super::{EventKind, MAX_FEE_TYPE_LEN, MAX_INSTALLMENT_NO, SCHEMA_VERSION, ServicingEvent};
 use crate::types::{AMOUNT_RULE, AccountId, Amount, Currency, Money, RuleViolation, SourceRef};
 
 /// The UTF-8 encoding of U+FEFF, which some tools write at the start of a text.
@@ -244,8 +244,10 @@ impl ServicingEvent {
                 credit_limit: fields.opt_amount("creditLimitMinor")?,
             },
             "INSTALLMENT_DUE" => EventKind::InstallmentDue {
-                installment_no: u32::try_from(fields.positive("installmentNo", 100_000)?)
-                    .map_err(|_| field_error("installmentNo", "is too large"))?,
+                installment_no: u32::try_from(
+                    fields.positive("installmentNo", MAX_INSTALLMENT_NO)?,
+                )
+                .map_err(|_| field_error("installmentNo", "is too large"))?,
                 due_date: fields.date("dueDate")?,
                 principal: fields.amount("principalMinor")?,
                 interest: fields.amount("interestMinor")?,
@@ -290,12 +292,15 @@ impl ServicingEvent {
 }
 
 fn parse_fee_type(value: &str) -> Result<String, DecodeError> {
-    let ok = (1..=64).contains(&value.len())
+    let ok = (1..=MAX_FEE_TYPE_LEN).contains(&value.len())
         && value
             .bytes()
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
     if !ok {
-        return Err(field_error("feeType", "must match [A-Z0-9_]{1,64}"));
+        return Err(field_error(
+            "feeType",
+            format!("must match [A-Z0-9_]{{1,{MAX_FEE_TYPE_LEN}}}"),
+        ));
     }
     Ok(value.to_owned())
 }

@@ -139,6 +139,28 @@ fn when_an_event_moves_no_money_should_post_nothing_and_a_broken_one_should_say_
 }
 
 #[test]
+fn when_an_event_is_of_an_unknown_schema_major_should_refuse_it_even_if_it_moves_no_money() {
+    let mut payment = applied(
+        "evt_1",
+        json!({"fees": 0, "interest": 0, "principal": 1, "credit": 0}),
+        1,
+    );
+    payment["schemaVersion"] = json!(2);
+    let error = entry_of(&payment).expect_err("a major this build does not know");
+    assert!(
+        error.0.contains("schemaVersion 2 is not supported"),
+        "{error}"
+    );
+    let limit = json!({"schemaVersion": 3, "eventId": "evt_l", "eventType": "CreditLimitChanged", "accountId": "acc_1"});
+    assert!(
+        entry_of(&limit).is_err(),
+        "it cannot know that a later major moves no money"
+    );
+    payment["schemaVersion"] = json!(1);
+    assert!(entry_of(&payment).is_ok());
+}
+
+#[test]
 fn when_the_business_date_is_in_a_closed_period_should_post_to_the_first_open_day() {
     assert_eq!(posting_date(date("2026-09-10"), None), date("2026-09-10"));
     assert_eq!(
