@@ -129,7 +129,7 @@ pub const QUARANTINE_CODES: &[QuarantineCode] = &[
     code(
         "invalid_event",
         "collections, ledger-postings",
-        "an event on the bus that does not decode as its detail-type",
+        "an event on the bus that does not decode as its detail-type, or of a schemaVersion major this build does not know",
     ),
     code(
         "unpostable",
