@@ -207,6 +207,13 @@ impl LedgerPostingsHandler {
         };
         record.source_system = envelope["source"].as_str().map(str::to_owned);
         let detail = &envelope["detail"];
+        // A major this build does not know is refused before anything is read for it.
+        if let Err(reason) = servicing_domain::outbox::check_schema_version(detail) {
+            let result = self
+                .quarantine(message_id, body, INVALID_EVENT, reason)
+                .await;
+            return (result.clone(), Some(settle(record, &result)));
+        }
         // A bill published before events carried its currency: its account's, from the
         // sub-ledger its opening posted (the fingerprint stays the detail's as published).
         let completed = match self.with_account_currency(detail).await {

@@ -40,6 +40,8 @@ pub enum Rule {
     /// `{sourceSystem, sourceEventId}`: a fact's identity.
     Identity,
     SchemaVersion,
+    /// The bus detail's major version (absent on events published before it was written).
+    DomainSchemaVersion,
     /// A transport's own id (inbound `eventId`): any string.
     TransportId,
     /// The bus event's own id, derived from its fact and type (`evt_` + 32 hex).
@@ -166,7 +168,13 @@ pub fn inbound_fields(event_type: &str) -> Option<&'static [Field]> {
 
 /// The fields every domain event on the bus carries (its `detail`), besides `eventType`.
 pub const DOMAIN_ENVELOPE: &[Field] = &[
-    req("schemaVersion", Rule::SchemaVersion),
+    // Written on every event since version 1; events published before carry none.
+    Field {
+        name: "schemaVersion",
+        rule: Rule::DomainSchemaVersion,
+        required: false,
+        nullable: false,
+    },
     req("eventId", Rule::DomainEventId),
     req("accountId", Rule::AccountId),
     req("occurredAt", Rule::Timestamp),
@@ -312,6 +320,7 @@ impl Rule {
                 },
             }),
             Rule::SchemaVersion => json!({"const": SCHEMA_VERSION}),
+            Rule::DomainSchemaVersion => json!({"const": DOMAIN_EVENT_SCHEMA_VERSION}),
             Rule::TransportId => json!({"type": "string"}),
             Rule::DomainEventId => json!({"type": "string", "pattern": "^evt_[0-9a-f]{32}$"}),
             Rule::Bucket => {
