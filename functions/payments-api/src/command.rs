@@ -171,9 +171,9 @@ impl PaymentCommand {
         let event_time = match object.get("eventTime") {
             None | Some(Value::Null) => Some(None),
             Some(Value::String(s)) if !sqs_carries("eventTime", s, &mut errors) => None,
-            Some(Value::String(s)) => match DateTime::parse_from_rfc3339(s) {
-                Ok(t) => Some(Some(t.with_timezone(&Utc))),
-                Err(_) => {
+            Some(Value::String(s)) => match servicing_domain::event::parse_timestamp(s) {
+                Some(t) => Some(Some(t)),
+                None => {
                     errors.push(field(
                         "eventTime",
                         "must be an RFC 3339 timestamp with offset",

@@ -1,10 +1,12 @@
 //! Canonical servicing events (see the contract in `docs/EVENTS.md`): the decoded model and what
 //! it tells about itself. Decoding a body is in `decode`, the canonical wire form in `canonical`,
-//! and the duplicate-key check of a raw body in `duplicate_keys`.
+//! the duplicate-key check of a raw body in `duplicate_keys`, and the wire's dates and timestamps
+//! in `wire_time`.
 
 mod canonical;
 mod decode;
 mod duplicate_keys;
+mod wire_time;
 
 use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 
@@ -12,6 +14,7 @@ use crate::types::{AccountId, Amount, Money, SourceRef};
 
 pub use decode::DecodeError;
 pub use duplicate_keys::unique_keys;
+pub use wire_time::{parse_date, parse_timestamp};
 
 /// Default `MAX_EVENT_TIME_SKEW`: how far ahead of the consumer's clock an `eventTime` may be.
 pub const DEFAULT_MAX_EVENT_TIME_SKEW: std::time::Duration =

@@ -240,6 +240,20 @@ fn edge_values(rule: Rule) -> Vec<Value> {
             json!("2026-10-21"),
             json!("2026-13-01T00:00:00Z"),
             json!("2026-02-30T00:00:00Z"),
+            // What chrono alone lets through and RFC 3339's grammar does not.
+            json!("2026-10-21 09:30:00Z"),
+            json!("2026-10-21T09:30:60Z"),
+            json!("2026-10-21T9:30:00Z"),
+            json!("2026-10-21T09:30:00.Z"),
+            json!("2026-10-21T09:30:00+0200"),
+            json!("2026-10-21T09:30:00+24:00"),
+            json!("2026-10-21T09:30:00+00:60"),
+            json!("2026-10-21T24:00:00Z"),
+            // RFC 3339 allows these.
+            json!("2026-10-21t09:30:00z"),
+            json!("2026-12-31T23:59:60Z"),
+            json!("2027-01-01T01:59:60+02:00"),
+            json!("2026-10-21T09:30:00.1234567891Z"),
         ],
         Rule::Date => vec![
             json!("2028-02-29"),
@@ -247,6 +261,12 @@ fn edge_values(rule: Rule) -> Vec<Value> {
             json!("2026-00-10"),
             json!("2026-10-21T00:00:00Z"),
             json!(""),
+            // What chrono's `%Y-%m-%d` alone lets through and RFC 3339's full-date does not.
+            json!("2026-1-02"),
+            json!("2026-10-2"),
+            json!("+2026-10-21"),
+            json!("02026-10-21"),
+            json!(" 2026-10-21"),
         ],
         Rule::Amount => vec![
             json!(0),

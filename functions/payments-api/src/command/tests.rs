@@ -79,3 +79,28 @@ fn when_the_body_has_several_errors_should_report_each_field() {
         ["accountId", "amountMinor", "currency", "reference"]
     );
 }
+
+#[test]
+fn when_the_event_time_is_not_rfc_3339_by_its_grammar_should_refuse_it_as_the_consumer_would() {
+    let body = |time: &str| {
+        serde_json::json!({"accountId": "acc_1", "amountMinor": 100, "currency": "EUR",
+            "reference": "inv-1", "eventTime": time})
+        .to_string()
+    };
+    // chrono's parser alone takes both; the published schema and the queue's decoder do not.
+    for time in ["2026-10-21 09:30:00Z", "2026-10-21T09:30:60Z"] {
+        let errors = PaymentCommand::parse(body(time).as_bytes())
+            .expect_err(time)
+            .expect("field errors");
+        assert_eq!(
+            errors.iter().map(|e| e.field).collect::<Vec<_>>(),
+            ["eventTime"]
+        );
+    }
+    let accepted =
+        PaymentCommand::parse(body("2026-10-21T09:30:00+02:00").as_bytes()).expect("valid");
+    assert_eq!(
+        accepted.event_time.map(|t| t.to_rfc3339()),
+        Some("2026-10-21T07:30:00+00:00".to_owned())
+    );
+}

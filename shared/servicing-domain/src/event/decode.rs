@@ -10,6 +10,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::{Map, Value};
 
 use super::duplicate_keys::unique_keys;
+use super::wire_time::{parse_date, parse_timestamp};
 use super::{EventKind, MAX_FEE_TYPE_LEN, MAX_INSTALLMENT_NO, SCHEMA_VERSION, ServicingEvent};
 use crate::types::{AMOUNT_RULE, AccountId, Amount, Currency, Money, RuleViolation, SourceRef};
 
@@ -186,14 +187,13 @@ impl<'a> Fields<'a> {
     }
 
     fn date(&self, field: &'static str) -> Result<NaiveDate, DecodeError> {
-        NaiveDate::parse_from_str(self.str(field)?, "%Y-%m-%d")
-            .map_err(|_| field_error(field, "must be a calendar date YYYY-MM-DD"))
+        parse_date(self.str(field)?)
+            .ok_or_else(|| field_error(field, "must be a calendar date YYYY-MM-DD"))
     }
 
     fn timestamp(&self, field: &'static str) -> Result<DateTime<Utc>, DecodeError> {
-        DateTime::parse_from_rfc3339(self.str(field)?)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|_| field_error(field, "must be an RFC 3339 timestamp with offset"))
+        parse_timestamp(self.str(field)?)
+            .ok_or_else(|| field_error(field, "must be an RFC 3339 timestamp with offset"))
     }
 }
 
