@@ -462,6 +462,7 @@ SDK_ACTIONS = {
     "send_message": ["sqs:SendMessage"],
     "send_message_batch": ["sqs:SendMessage"],
     "put_events": ["events:PutEvents"],
+    "get_secret_value": ["secretsmanager:GetSecretValue"],
 }
 # What Lambda itself does with the function's role, not the code: poll the queue or the
 # stream, write the function's logs, traces, DLQ and failure destination, decrypt its

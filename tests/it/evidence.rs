@@ -88,7 +88,12 @@ fn assert_valid(schema: &Value, records: &[DecisionRecord]) {
             assert!(hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()));
         }
         if let Some(key) = &record.content_key {
-            assert!(key.len() == 64 && key.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')));
+            // Keyed: `<the secret's id>:<HMAC-SHA256>`.
+            let keyer = integration_tests::servicing::content_keyer();
+            let mac = key
+                .strip_prefix(&format!("{}:", keyer.id()))
+                .unwrap_or_default();
+            assert!(mac.len() == 64 && mac.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')));
         }
         if let Some(time) = &record.event_time {
             assert!(chrono::DateTime::parse_from_rfc3339(time).is_ok(), "{time}");
@@ -432,14 +437,15 @@ async fn when_facts_are_parked_released_or_undecodable_should_record_each_decisi
     assert_eq!(
         future.content_key.as_deref(),
         Some(
-            account_state::content_key(
-                "acc-ev-p",
-                Some(100),
-                Some("EUR"),
-                "2099-01-01T00:00:00Z",
-                Some("INV-1")
-            )
-            .as_str()
+            integration_tests::servicing::content_keyer()
+                .key(&account_state::ContentParts {
+                    account_id: "acc-ev-p".into(),
+                    amount_minor: Some(100),
+                    currency: Some("EUR".into()),
+                    event_time: "2099-01-01T00:00:00Z".into(),
+                    reference: Some("INV-1".into()),
+                })
+                .as_str()
         )
     );
     let docs = decision_emf_documents("account-state", &one.decisions, 0, "INFO");

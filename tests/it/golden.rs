@@ -151,16 +151,18 @@ fn the_derived_ids_and_keys_never_change() {
         "principal sourceSystem": principal.source_system(),
         "operation id": payments_api::operation_id(&principal, &key),
         "idempotency record key": servicing_store::items::idempotency_key(&principal.scope(), &payments_api::operation_id(&principal, &key)).0,
-        "content key": account_state::content_key("acc_1", Some(2500), Some("EUR"), "2026-11-02T10:00:00Z", Some("INV-7")),
+        "content key": integration_tests::servicing::content_keyer().key(&account_state::ContentParts { account_id: "acc_1".into(), amount_minor: Some(2500), currency: Some("EUR".into()), event_time: "2026-11-02T10:00:00Z".into(), reference: Some("INV-7".into()) }),
         "dedup id": servicing_ops::replay::Addressing::of(r#"{"sourceSystem":"psp","sourceEventId":"p-1","accountId":"acc_1"}"#).deduplication_id,
         "dedup id, colon system": servicing_ops::replay::Addressing::of(r#"{"sourceSystem":"api:x","sourceEventId":"p-1","accountId":"acc_1"}"#).deduplication_id,
     });
     // Each checked by hand against its definition (e.g. `evt_` = the first 32 hex of
     // sha256("PaymentApplied\npsp\np-1"); the principal scope = the first 32 hex of
-    // sha256(its ARN)).
+    // sha256(its ARN); the content key = the first 8 hex of sha256("content-key-id\n" + the
+    // tests' secret), ':', then `openssl dgst -sha256 -hmac <secret>` of
+    // "acc_1|2500|EUR|2026-11-02T10:00:00Z|INV-7").
     let pinned = json!({
         "claim key": "CLAIM#account-state#psp#p-1",
-        "content key": "84ecc3b219fe8ba8576c693f8208de557b6f33eaea321fc6124722b47cb4b299",
+        "content key": "df8218ce:5e28d3d6cb6e6b88740988fcd4eee1153d241f32e259da0fd7cd91546f95a90b",
         "dedup id": "psp:p-1",
         "dedup id, colon system": "#id:sha256:5127bd9db0540a87136d6d2629a957563a8dd5e66771576fe912167c1d84813e",
         "evt DelinquencyChanged": "evt_f690e595e9668db4b0c876d6aafd00fa",

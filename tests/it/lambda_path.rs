@@ -58,6 +58,32 @@ async fn sqs_mapping(lambda: &aws_sdk_lambda::Client, function: &str, queue_arn:
         .expect("SQS event source mapping");
 }
 
+/// account-state as the template deploys it: its table and its content key secret (created in
+/// the engine's Secrets Manager, read by the function at cold start).
+async fn deploy_account_state(
+    config: &aws_config::SdkConfig,
+    lambda: &aws_sdk_lambda::Client,
+    table: &str,
+) -> String {
+    let secret = aws_sdk_secretsmanager::Client::new(config)
+        .create_secret()
+        .name(unique_name("content-key"))
+        .secret_string(integration_tests::servicing::CONTENT_KEY_SECRET)
+        .send()
+        .await
+        .expect("content key secret");
+    let secret_arn = secret.arn().expect("the secret's arn");
+    deploy(
+        lambda,
+        "account-state",
+        &[
+            ("TABLE_NAME", table),
+            ("CONTENT_KEY_SECRET_ARN", secret_arn),
+        ],
+    )
+    .await
+}
+
 fn expected(name: &str) -> Value {
     serde_json::from_str(&fixture(&format!("{name}.expected.json"))).expect("expected json")
 }
@@ -71,12 +97,7 @@ async fn when_a_duplicated_sample_goes_through_the_deployed_lambda_should_reach_
     let lambda = aws_sdk_lambda::Client::new(&config);
 
     let (queue_url, queue_arn) = queue(&sqs, "servicing", true).await;
-    let function = deploy(
-        &lambda,
-        "account-state",
-        &[("TABLE_NAME", &servicing.table)],
-    )
-    .await;
+    let function = deploy_account_state(&config, &lambda, &servicing.table).await;
     sqs_mapping(&lambda, &function, &queue_arn).await;
     send_duplicated(&sqs, &queue_url, &["basic"]).await;
 
@@ -185,12 +206,7 @@ async fn deploy_servicing_path(servicing: &Servicing) -> DeployedServicing {
     let events = aws_sdk_eventbridge::Client::new(&config);
     // account-state behind the FIFO servicing queue.
     let (servicing_url, servicing_arn) = queue(&sqs, "servicing", true).await;
-    let account_state = deploy(
-        &lambda,
-        "account-state",
-        &[("TABLE_NAME", &servicing.table)],
-    )
-    .await;
+    let account_state = deploy_account_state(&config, &lambda, &servicing.table).await;
     sqs_mapping(&lambda, &account_state, &servicing_arn).await;
 
     // The relay on the table's stream, filtered as the template filters it (the code filters

@@ -217,7 +217,7 @@ impl Servicing {
 
     pub fn handler_with(&self, config: Config) -> AccountStateHandler {
         let store = ServicingStore::new(self.client.clone(), config.store_config("account-state"));
-        AccountStateHandler::new(store, config)
+        AccountStateHandler::new(store, config, content_keyer())
     }
 
     /// A handler whose commits meet `faults` (see [`crate::faults`]).
@@ -226,7 +226,7 @@ impl Servicing {
             faults.client(&self.client),
             config.store_config("account-state"),
         );
-        AccountStateHandler::new(store, config)
+        AccountStateHandler::new(store, config, content_keyer())
     }
 
     /// Delivers a sample stream (`fixtures/samples/<name>`) as one batch to a fresh handler.
@@ -593,4 +593,12 @@ pub fn assert_state_matches(report: &Value, expected: &Value, context: &str) {
         }
         assert_eq!(&report[field], want, "{context}: field {field}");
     }
+}
+
+/// The secret of the tests' content keys (a deployment's is generated in Secrets Manager).
+pub const CONTENT_KEY_SECRET: &str = "test-content-key-secret-0123456789abcdef";
+
+/// The content keyer every test handler has (one secret, as one deployment has).
+pub fn content_keyer() -> account_state::ContentKeyer {
+    account_state::ContentKeyer::new(CONTENT_KEY_SECRET.as_bytes()).expect("a long enough secret")
 }

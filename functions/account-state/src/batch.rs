@@ -149,6 +149,7 @@ impl AccountStateHandler {
         }
         decisions::drop_unknown_receive_counts(&mut report.decisions, messages);
         decisions::stamp_senders(&mut report.decisions, messages);
+        decisions::seal_content_keys(&mut report.decisions, &self.content_keyer);
         // One batch at a time per Lambda instance: the difference is this batch's.
         report.counts.transactions = self.store.transactions_sent() - transactions_before;
         report

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use aws_lambda_events::event::sqs::SqsMessage;
 use servicing_domain::{Currency, DecodeError, EventKind, Fingerprint, ServicingEvent};
 use servicing_store::{CommitOutcome, LoanItem};
-use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict, content_key};
+use servicing_telemetry::{ContentKeyer, ContentParts, DecidedBy, DecisionRecord, Verdict};
 
 use crate::batch::Pending;
 use crate::group::{Group, Judged, Member, Released, Subject};
@@ -54,6 +54,13 @@ pub(crate) fn drop_unknown_receive_counts(
 
 /// Who sent each message no producer sent (its `sentBy` attribute: an operator's ARN, the
 /// reconciler, the daily close), on the records of its delivery.
+/// Each record's content key, made under the deployment's secret (the parts dropped).
+pub(crate) fn seal_content_keys(decisions: &mut [DecisionRecord], keyer: &ContentKeyer) {
+    for record in decisions {
+        record.seal_content_key(keyer);
+    }
+}
+
 pub(crate) fn stamp_senders(decisions: &mut [DecisionRecord], messages: &[SqsMessage]) {
     let senders: HashMap<&str, String> = messages
         .iter()
@@ -363,13 +370,13 @@ fn fact_record(
     let event_time = event
         .event_time
         .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
-    let key = content_key(
-        event.account_id.as_str(),
-        amount,
-        currency.as_deref(),
-        &event_time,
-        payment_reference(body).as_deref(),
-    );
+    let content = ContentParts {
+        account_id: event.account_id.as_str().to_owned(),
+        amount_minor: amount,
+        currency: currency.clone(),
+        event_time: event_time.clone(),
+        reference: payment_reference(body),
+    };
     DecisionRecord {
         receive_count,
         source_system: Some(event.source.system.clone()),
@@ -380,7 +387,8 @@ fn fact_record(
         amount_minor: amount,
         currency,
         fingerprint: Some(fingerprint.as_str().to_owned()),
-        content_key: Some(key),
+        // Keyed by `seal_content_keys` before anything prints the record.
+        content: Some(content),
         // Replaced by `settle` (or by the released verdict).
         ..DecisionRecord::new(consumer, message_id, Verdict::Retried, decided_by)
     }

@@ -43,8 +43,8 @@ pub use report::{BatchReport, MessageResult};
 pub use servicing_settings::FromSettings;
 pub use servicing_store::MAX_TRANSACTION_ITEMS;
 pub use servicing_telemetry::{
-    DecidedBy, DecisionRecord, Verdict, content_key, decision_emf_documents, decision_line,
-    decision_time,
+    ContentKeyer, ContentParts, DecidedBy, DecisionRecord, Verdict, decision_emf_documents,
+    decision_line, decision_time,
 };
 
 #[derive(Debug)]
@@ -52,15 +52,18 @@ pub struct AccountStateHandler {
     store: ServicingStore,
     config: Config,
     cache: StateCache,
+    /// Keys the decision records' content keys (the secret in `CONTENT_KEY_SECRET_ARN`).
+    content_keyer: ContentKeyer,
 }
 
 impl AccountStateHandler {
-    pub fn new(store: ServicingStore, config: Config) -> Self {
+    pub fn new(store: ServicingStore, config: Config, content_keyer: ContentKeyer) -> Self {
         let cache = StateCache::new(config.state_cache_capacity);
         Self {
             store,
             config,
             cache,
+            content_keyer,
         }
     }
 

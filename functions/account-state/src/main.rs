@@ -4,7 +4,7 @@
 // The batch future nests the SDK futures deeply; the default limit is too low for its layout.
 #![recursion_limit = "256"]
 
-use account_state::{AccountStateHandler, Config, Deadline, FromSettings};
+use account_state::{AccountStateHandler, Config, ContentKeyer, Deadline, FromSettings};
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use servicing_store::ServicingStore;
@@ -22,7 +22,8 @@ async fn main() -> Result<(), Error> {
         aws_sdk_dynamodb::Client::new(&sdk),
         config.store_config(CONSUMER),
     );
-    let handler = AccountStateHandler::new(store, config);
+    let content_keyer = content_keyer(aws_sdk_secretsmanager::Client::new(&sdk)).await?;
+    let handler = AccountStateHandler::new(store, config, content_keyer);
     let handler = &handler;
 
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
@@ -37,4 +38,26 @@ async fn main() -> Result<(), Error> {
         Ok::<_, Error>(servicing_telemetry::with_trace(trace, work).await)
     }))
     .await
+}
+
+/// The content key secret (`CONTENT_KEY_SECRET_ARN`), read once per cold start: it is never
+/// rotated (keys under two secrets never match), and without it the start fails loudly.
+async fn content_keyer(secrets: aws_sdk_secretsmanager::Client) -> Result<ContentKeyer, Error> {
+    let secret_id = std::env::var("CONTENT_KEY_SECRET_ARN")
+        .map_err(|_| "CONTENT_KEY_SECRET_ARN is not set: the content key secret's ARN")?;
+    let answer = secrets
+        .get_secret_value()
+        .secret_id(&secret_id)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot read the content key secret {secret_id}: {}",
+                aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
+            )
+        })?;
+    let secret = answer
+        .secret_string()
+        .ok_or_else(|| format!("the content key secret {secret_id} holds no string"))?;
+    Ok(ContentKeyer::new(secret.as_bytes())?)
 }

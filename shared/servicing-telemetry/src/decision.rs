@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::configured_level;
+use crate::content_key::{ContentKeyer, ContentParts};
 
 /// The version of [`DecisionRecord`]'s JSON form (`recordVersion`), which
 /// `docs/decision-record.schema.json` describes. Removing or redefining a field is a new version.
@@ -223,9 +223,13 @@ pub struct DecisionRecord {
     /// `sha256:<hex>` of the event's business fields: what tells a duplicate from a collision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
-    /// Evidence only, see [`content_key`]: never used to suppress or merge anything.
+    /// Evidence only, see [`crate::content_key`]: never used to suppress or merge anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_key: Option<String>,
+    /// What [`DecisionRecord::seal_content_key`] makes the content key of; never written
+    /// anywhere (it holds the payment reference).
+    #[serde(skip)]
+    pub content: Option<ContentParts>,
     /// The `eventId`s of the events a stream record carried (relay only), in its order.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_ids: Option<Vec<String>>,
@@ -293,6 +297,7 @@ impl DecisionRecord {
             currency: None,
             fingerprint: None,
             content_key: None,
+            content: None,
             event_ids: None,
             verdict,
             outcome: None,
@@ -312,35 +317,19 @@ impl DecisionRecord {
         }
     }
 
+    /// Replaces the record's content parts by their key under `keyer` (before the record is
+    /// printed: the parts hold the payment reference, the key does not reveal it).
+    pub fn seal_content_key(&mut self, keyer: &ContentKeyer) {
+        if let Some(parts) = self.content.take() {
+            self.content_key = Some(keyer.key(&parts));
+        }
+    }
+
     /// The JSON form (camelCase; `None` fields absent).
     pub fn to_json(&self) -> Value {
         // Strings, integers and enums only: serializing cannot fail.
         serde_json::to_value(self).unwrap_or_default()
     }
-}
-
-/// The content key of a fact: SHA-256 (lowercase hex) of
-/// `accountId|amountMinor|currency|eventTime|reference`, a missing part written as the empty
-/// string (`reference` is the producer's payment reference, when the body has one).
-///
-/// Evidence only. It lets an auditor find the same money movement asserted under two
-/// identities (a provider's event and an API call for one payment, a file resent with new ids);
-/// it NEVER suppresses, merges or deduplicates anything: two genuine payments of the same amount
-/// at the same time share a key, and deduplication stays on `(sourceSystem, sourceEventId)`.
-pub fn content_key(
-    account_id: &str,
-    amount_minor: Option<i64>,
-    currency: Option<&str>,
-    event_time: &str,
-    reference: Option<&str>,
-) -> String {
-    let amount = amount_minor.map(|a| a.to_string()).unwrap_or_default();
-    let text = format!(
-        "{account_id}|{amount}|{}|{event_time}|{}",
-        currency.unwrap_or_default(),
-        reference.unwrap_or_default()
-    );
-    format!("{:x}", Sha256::digest(text.as_bytes()))
 }
 
 /// The line a decision record is printed as: its JSON plus the `level` Lambda's log filter

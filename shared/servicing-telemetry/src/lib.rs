@@ -3,9 +3,11 @@
 //! numbers for people reading logs.
 //!
 //! And the evidence of each decision: one [`DecisionRecord`] line per delivery (`decision`),
-//! with per-source EMF documents computed from a batch's records (`by_source`).
+//! with per-source EMF documents computed from a batch's records (`by_source`), and the keyed
+//! content key those records carry (`content_key`).
 
 mod by_source;
+pub mod content_key;
 mod decision;
 mod trace;
 
@@ -16,10 +18,10 @@ use serde_json::{Map, Value, json};
 pub use by_source::{SourceTally, bounded_source, decision_emf_documents, emit_decision_metrics};
 pub use decision::{
     DECISION_RECORD_VERSION, DecidedBy, DecisionRecord, RecordKind, RecordVersion, SENT_BY,
-    SENT_BY_MAX, Verdict, content_key, decision_line, decision_time, print_decision, sent_by,
-    sent_by_of,
+    SENT_BY_MAX, Verdict, decision_line, decision_time, print_decision, sent_by, sent_by_of,
 };
 
+pub use content_key::{ContentKeyer, ContentParts};
 pub use trace::{current_trace_id, with_trace};
 
 pub const NAMESPACE: &str = "LoanServicing";

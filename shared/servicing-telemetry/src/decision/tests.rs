@@ -26,22 +26,38 @@ pub(crate) fn payment(source: &str, id: &str, amount: i64, verdict: Verdict) -> 
         amount_minor: Some(amount),
         currency: Some("EUR".into()),
         fingerprint: Some(format!("sha256:{}", "0".repeat(64))),
-        content_key: Some(content_key("acc_1", Some(amount), Some("EUR"), TIME, None)),
+        content_key: Some(keyer().key(&ContentParts {
+            account_id: "acc_1".into(),
+            amount_minor: Some(amount),
+            currency: Some("EUR".into()),
+            event_time: TIME.into(),
+            reference: None,
+        })),
         ..DecisionRecord::new("account-state", &format!("m-{id}"), verdict, by)
     }
 }
 
+fn keyer() -> ContentKeyer {
+    ContentKeyer::new(&[7; 32]).expect("secret")
+}
+
 #[test]
-fn when_a_content_key_is_computed_should_hash_the_pipe_joined_parts_with_empty_for_missing() {
-    // `printf 'acc_1|2500|EUR|2026-11-02T10:00:00Z|INV-7' | sha256sum`
-    assert_eq!(
-        content_key("acc_1", Some(2500), Some("EUR"), TIME, Some("INV-7")),
-        "84ecc3b219fe8ba8576c693f8208de557b6f33eaea321fc6124722b47cb4b299"
-    );
-    assert_eq!(
-        content_key("acc_1", None, None, TIME, None),
-        format!("{:x}", Sha256::digest(b"acc_1|||2026-11-02T10:00:00Z|"))
-    );
+fn when_a_record_is_sealed_should_keep_the_key_of_its_parts_and_drop_the_parts() {
+    let parts = ContentParts {
+        account_id: "acc_1".into(),
+        amount_minor: Some(2500),
+        currency: Some("EUR".into()),
+        event_time: TIME.into(),
+        reference: Some("INV-7".into()),
+    };
+    let mut record = DecisionRecord {
+        content: Some(parts.clone()),
+        ..payment("prov-a", "p1", 2500, Verdict::Applied)
+    };
+    record.seal_content_key(&keyer());
+    assert_eq!(record.content_key, Some(keyer().key(&parts)));
+    assert_eq!(record.content, None);
+    assert!(!record.to_json().to_string().contains("INV-7"));
 }
 
 /// A record with every field known.
