@@ -52,8 +52,6 @@ pub(crate) fn drop_unknown_receive_counts(
     }
 }
 
-/// Who sent each message no producer sent (its `sentBy` attribute: an operator's ARN, the
-/// reconciler, the daily close), on the records of its delivery.
 /// Each record's content key, made under the deployment's secret (the parts dropped).
 pub(crate) fn seal_content_keys(decisions: &mut [DecisionRecord], keyer: &ContentKeyer) {
     for record in decisions {
@@ -61,6 +59,8 @@ pub(crate) fn seal_content_keys(decisions: &mut [DecisionRecord], keyer: &Conten
     }
 }
 
+/// Who sent each message no producer sent (its `sentBy` attribute: an operator's ARN, the
+/// reconciler, the daily close), on the records of its delivery.
 pub(crate) fn stamp_senders(decisions: &mut [DecisionRecord], messages: &[SqsMessage]) {
     let senders: HashMap<&str, String> = messages
         .iter()
