@@ -66,7 +66,7 @@ impl DelinquencyChanged {
         let from_bucket = bucket("fromBucket")?;
         let occurred_at = detail["occurredAt"]
             .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .and_then(servicing_domain::event::parse_timestamp)
             .map(|t| t.timestamp_millis())
             .ok_or_else(|| {
                 format!(

@@ -303,7 +303,11 @@ impl Rule {
             Rule::SourceSystem => string(SourceRef::MAX_SYSTEM_LEN, "^[A-Za-z0-9._:-]+$"),
             Rule::SourceEventId => string(SourceRef::MAX_EVENT_ID_LEN, "^[!-~]+$"),
             Rule::AccountId => string(AccountId::MAX_LEN, "^[A-Za-z0-9_-]+$"),
-            Rule::Timestamp => json!({"type": "string", "format": "date-time"}),
+            Rule::Timestamp => json!({
+                "type": "string",
+                "format": "date-time",
+                "not": {"pattern": crate::event::OUTSIDE_FOUR_DIGIT_YEARS}
+            }),
             Rule::Date => {
                 json!({"type": "string", "format": "date", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"})
             }

@@ -14,7 +14,7 @@ use crate::types::{AccountId, Amount, Money, SourceRef};
 
 pub use decode::DecodeError;
 pub use duplicate_keys::unique_keys;
-pub use wire_time::{parse_date, parse_timestamp};
+pub use wire_time::{OUTSIDE_FOUR_DIGIT_YEARS, parse_date, parse_timestamp};
 
 /// Default `MAX_EVENT_TIME_SKEW`: how far ahead of the consumer's clock an `eventTime` may be.
 pub const DEFAULT_MAX_EVENT_TIME_SKEW: std::time::Duration =

@@ -240,9 +240,8 @@ pub fn entry_of(detail: &Value) -> Result<Option<JournalEntry>, Unpostable> {
     let account_id =
         AccountId::parse(text("accountId")?).map_err(|e| bad(format!("accountId: {e}")))?;
     let currency = Currency::parse(text("currency")?).map_err(|e| bad(format!("currency: {e}")))?;
-    let effective_at = DateTime::parse_from_rfc3339(text("occurredAt")?)
-        .map_err(|e| bad(format!("occurredAt: {e}")))?
-        .with_timezone(&Utc);
+    let effective_at = crate::event::parse_timestamp(text("occurredAt")?)
+        .ok_or_else(|| bad("occurredAt: not an RFC 3339 date-time"))?;
     let source_ref = |value: &Value, what: &str| -> Result<SourceRef, Unpostable> {
         match (
             value["sourceSystem"].as_str(),

@@ -144,7 +144,7 @@ pub fn payment_allocation(detail: &Value) -> Option<crate::StoredAllocation> {
     if detail["eventType"] != detail_types::PAYMENT_APPLIED {
         return None;
     }
-    let occurred_at = DateTime::parse_from_rfc3339(detail["occurredAt"].as_str()?).ok()?;
+    let occurred_at = crate::event::parse_timestamp(detail["occurredAt"].as_str()?)?;
     Some(crate::StoredAllocation {
         payment: SourceRef {
             system: detail["payment"]["sourceSystem"].as_str()?.to_owned(),
@@ -155,7 +155,7 @@ pub fn payment_allocation(detail: &Value) -> Option<crate::StoredAllocation> {
         amount_minor: detail["amountMinor"].as_i64()?,
         allocation: serde_json::from_value(detail["allocation"].clone()).ok()?,
         installments_paid: serde_json::from_value(detail["installmentsPaid"].clone()).ok()?,
-        applied_on: occurred_at.with_timezone(&Utc).date_naive(),
+        applied_on: occurred_at.date_naive(),
         reversed_by: None,
         reversal_fact: None,
     })

@@ -136,6 +136,16 @@ fn when_an_event_moves_no_money_should_post_nothing_and_a_broken_one_should_say_
         .expect("object")
         .remove("currency");
     assert!(entry_of(&no_currency).is_err());
+    // A time the bus schema refuses (chrono alone reads a space for `T`) is not posted on a
+    // guessed date.
+    let mut spaced = applied(
+        "evt_1",
+        json!({"fees": 0, "interest": 0, "principal": 1, "credit": 0}),
+        1,
+    );
+    spaced["occurredAt"] = json!("2026-09-10 12:00:00Z");
+    let error = entry_of(&spaced).expect_err("not RFC 3339 by its grammar");
+    assert!(error.0.contains("occurredAt"), "{error}");
 }
 
 #[test]

@@ -202,8 +202,8 @@ pub async fn reconcile_money(
             } else if event.detail_type == detail_types::PAYMENT_REVERSED {
                 let date = detail["occurredAt"]
                     .as_str()
-                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                    .map(|t| t.with_timezone(&chrono::Utc).date_naive());
+                    .and_then(servicing_domain::event::parse_timestamp)
+                    .map(|t| t.date_naive());
                 let (Some(date), Some(amount)) = (date, detail["amountMinor"].as_i64()) else {
                     report.unreadable_item(format!(
                         "the PaymentReversed of {} does not decode",
