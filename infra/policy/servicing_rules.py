@@ -22,7 +22,7 @@ answer reserve account-state derives from it.
 E9132 (issue #31): each role's table grants are exactly its declared (action, key prefix) pairs
 (infra/policy/table-access.json, which tests/it/privileges.rs holds the code to). E9133: the
 servicing bus admits only the relay's role, and that role only the relay's sources. E9134: KMS
-only through services (kms:ViaService); the evidence subscription role trusts only its log groups. E9135: queues and topics refuse
+only through services (kms:ViaService; through Secrets Manager, Decrypt only, bound to the secret); the evidence subscription role trusts only its log groups. E9135: queues and topics refuse
 plain transport; the table has deletion protection. E9137: the evidence archive has its own KMS
 key, which only the break-glass role may disable, delete or re-police. E9138: the evidence
 queries run in a workgroup that enforces its settings and encrypts results with a KMS key, into a
@@ -1815,9 +1815,19 @@ class KeysThroughServicesAndEvidenceFromItsLogGroups(ServicingRule):
                 if st.get("Effect") != "Allow" or not any(a.startswith("kms:") for a in actions(st)):
                     continue
                 conditions = st.get("Condition") or {}
-                if not any("kms:ViaService" in (block or {}) for block in conditions.values() if isinstance(block, dict)):
+                blocks = [block for block in conditions.values() if isinstance(block, dict)]
+                if not any("kms:ViaService" in block for block in blocks):
                     out.append(self.problem(["Resources", name, "Properties", "Policies"],
                                             f"{name}/{st.get('Sid', '?')}: KMS actions without a kms:ViaService condition"))
+                # Through Secrets Manager a role only ever decrypts a secret it reads: a grant
+                # shared with other services, or not bound to the secret, opens every secret
+                # under the key.
+                through_secrets = any("secretsmanager." in str(block.get("kms:ViaService")) for block in blocks)
+                bound = any("kms:EncryptionContext:SecretARN" in block for block in blocks)
+                if through_secrets and (set(actions(st)) != {"kms:Decrypt"} or not bound):
+                    out.append(self.problem(["Resources", name, "Properties", "Policies"],
+                                            f"{name}/{st.get('Sid', '?')}: a key used through Secrets Manager must be kms:Decrypt only, "
+                                            "for its own statement, bound to the secret by kms:EncryptionContext:SecretARN"))
         subscribed = {}
         for _, flt in resources(cfn, "AWS::Logs::SubscriptionFilter"):
             role = logical_id(props(flt).get("RoleArn"))

@@ -52,7 +52,7 @@ fn iam_caller(arn: &str) -> String {
 pub fn operation_id(principal: &Principal, key: &IdempotencyKey) -> String {
     format!(
         "op_{}",
-        &servicing_domain::fingerprint::hex(&Sha256::digest(
+        &hex::encode(Sha256::digest(
             format!("{}\n{}", principal.scope(), key.as_str()).as_bytes()
         ))[..24]
     )

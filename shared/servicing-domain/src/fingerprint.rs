@@ -1,8 +1,6 @@
 //! Payload fingerprints: tell a duplicate (same fact again) from a collision (same identity,
 //! different fact).
 
-use std::fmt::Write as _;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -25,7 +23,7 @@ impl Fingerprint {
         write_canonical(value, &mut canonical);
         Self(format!(
             "sha256:{}",
-            hex(&Sha256::digest(canonical.as_bytes()))
+            hex::encode(Sha256::digest(canonical.as_bytes()))
         ))
     }
 
@@ -78,16 +76,6 @@ impl std::fmt::Display for FactTag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
-}
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 /// Compact JSON with object keys sorted recursively. Written out here rather than relying on

@@ -6,7 +6,6 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::account::Bucket;
-use crate::fingerprint::hex;
 use crate::types::{AccountId, SourceRef};
 
 /// One event for the outbox. `event_id` is derived from the triggering fact and the event type,
@@ -91,7 +90,7 @@ impl DomainEvent {
         let digest = Sha256::digest(
             format!("{detail_type}\n{}\n{}", trigger.system, trigger.event_id).as_bytes(),
         );
-        format!("evt_{}", &hex(&digest)[..32])
+        format!("evt_{}", &hex::encode(digest)[..32])
     }
 
     pub fn delinquency_changed(

@@ -355,7 +355,7 @@ pub const API_SOURCE_PREFIX: &str = "api:";
 /// digits of sha256(principal).
 pub fn principal_scope(principal: &str) -> String {
     use sha2::{Digest, Sha256};
-    servicing_domain::fingerprint::hex(&Sha256::digest(principal.as_bytes()))[..32].to_owned()
+    hex::encode(Sha256::digest(principal.as_bytes()))[..32].to_owned()
 }
 
 /// The keys under which the API may have recorded the payment `source` names (none when it is

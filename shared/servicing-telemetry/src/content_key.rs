@@ -20,7 +20,7 @@ use sha2::Digest;
 pub const MIN_SECRET_LEN: usize = 32;
 
 /// What a content key is made of, as a decision record knows it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct ContentParts {
     pub account_id: String,
     pub amount_minor: Option<i64>,
@@ -29,6 +29,19 @@ pub struct ContentParts {
     pub event_time: String,
     /// The producer's payment reference, when the body has one (API payments do).
     pub reference: Option<String>,
+}
+
+impl std::fmt::Debug for ContentParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the payment reference: the key is keyed so that it cannot be guessed back.
+        f.debug_struct("ContentParts")
+            .field("account_id", &self.account_id)
+            .field("amount_minor", &self.amount_minor)
+            .field("currency", &self.currency)
+            .field("event_time", &self.event_time)
+            .field("reference", &self.reference.as_ref().map(|_| "<withheld>"))
+            .finish()
+    }
 }
 
 impl ContentParts {
@@ -68,13 +81,13 @@ impl ContentKeyer {
         if secret.len() < MIN_SECRET_LEN {
             return Err(SecretTooShort(secret.len()));
         }
-        // HMAC takes a key of any length: the check above is the only refusal.
+        // The check above is the only refusal: HMAC takes a key of any length (RFC 2104 §2).
         let mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
-            .map_err(|_| SecretTooShort(secret.len()))?;
+            .expect("HMAC accepts a key of any length");
         // 32 bits of a digest of the secret name it without revealing it (a 256-bit secret).
         let digest = sha2::Sha256::digest([b"content-key-id\n".as_slice(), secret].concat());
         Ok(Self {
-            id: lower_hex(&digest[..4]),
+            id: hex::encode(&digest[..4]),
             mac,
         })
     }
@@ -87,21 +100,20 @@ impl ContentKeyer {
     pub fn key(&self, parts: &ContentParts) -> String {
         let mut mac = self.mac.clone();
         mac.update(parts.text().as_bytes());
-        format!("{}:{}", self.id, lower_hex(&mac.finalize().into_bytes()))
+        format!("{}:{}", self.id, hex::encode(mac.finalize().into_bytes()))
     }
-}
-
-fn lower_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::new(), |mut hex, b| {
-        let _ = write!(hex, "{b:02x}");
-        hex
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn its_debug_form_withholds_the_payment_reference() {
+        let shown = format!("{:?}", parts(Some("INV-2026-0042")));
+        assert!(!shown.contains("INV-2026-0042"), "{shown}");
+        assert!(shown.contains("<withheld>"), "{shown}");
+    }
 
     const SECRET: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
 
