@@ -21,6 +21,7 @@ on_both_engines!(
     when_actions_are_checked_should_read_only_the_unsettled_ones,
     when_api_payments_are_checked_should_read_only_the_unconfirmed_ones,
     when_items_predate_the_open_index_should_backfill_them_once,
+    when_a_window_is_reconciled_should_read_its_records_through_the_record_log,
 );
 
 /// The requests of a recorded run, as `(action, key)`.
@@ -197,6 +198,10 @@ async fn when_actions_are_checked_should_read_only_the_unsettled_ones(engine: En
         &client,
         &servicing.table,
         &[],
+        (
+            servicing_ops::epoch_seconds() - 25 * 3600,
+            servicing_ops::epoch_seconds() + 1,
+        ),
         servicing_ops::epoch_seconds(),
         servicing_ops::money::Grace::default(),
     )
@@ -232,6 +237,10 @@ async fn when_api_payments_are_checked_should_read_only_the_unconfirmed_ones(eng
                 &client,
                 &table,
                 &[],
+                (
+                    servicing_ops::epoch_seconds() + 3_600 - 25 * 3600,
+                    servicing_ops::epoch_seconds() + 3_600 + 1,
+                ),
                 servicing_ops::epoch_seconds() + 3_600,
                 servicing_ops::money::Grace::default(),
             )
@@ -409,6 +418,7 @@ async fn when_items_predate_the_open_index_should_backfill_them_once(engine: Eng
         &servicing.client,
         &servicing.table,
         &[],
+        (now - 25 * 3600, now + 1),
         now,
         servicing_ops::money::Grace::default(),
     )
@@ -436,6 +446,7 @@ async fn when_items_predate_the_open_index_should_backfill_them_once(engine: Eng
         &servicing.client,
         &servicing.table,
         &[],
+        (now - 25 * 3600, now + 1),
         now,
         servicing_ops::money::Grace::default(),
     )
@@ -452,5 +463,134 @@ async fn when_items_predate_the_open_index_should_backfill_them_once(engine: Eng
         after.found,
         [0, 0, 0],
         "{engine:?}: a confirmed payment stays closed"
+    );
+}
+
+/// Applied payments of past days: copies of `template` (an applied payment's record) under
+/// new identities (`hist#pay-<n>`), claimed `days_ago` days ago, each paid that many days
+/// before its template's business date. Put as they were then: the stream carries them.
+async fn past_payments(
+    servicing: &Servicing,
+    template: &servicing_store::schema::ClaimRecord,
+    n: usize,
+    days_ago: i64,
+) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let now = servicing_ops::epoch_seconds();
+    for i in 0..n {
+        let mut record = template.clone();
+        let id = format!("pay-{i:04}");
+        (record.pk, record.source_system, record.source_event_id) = (
+            format!("CLAIM#account-state#hist#{id}"),
+            "hist".into(),
+            id.clone(),
+        );
+        record.claimed_at = now - days_ago * 86_400;
+        let mut events = record.events().expect("events");
+        for event in &mut events {
+            let at = chrono::DateTime::parse_from_rfc3339(
+                event.detail["occurredAt"].as_str().expect("occurredAt"),
+            )
+            .expect("a time")
+                - chrono::Duration::days(days_ago);
+            event.detail["occurredAt"] = at.to_rfc3339().into();
+            event.detail["payment"]["sourceSystem"] = "hist".into();
+            event.detail["payment"]["sourceEventId"] = id.clone().into();
+        }
+        record.outbox = Some(serde_json::to_string(&events).expect("events"));
+        let mut item = servicing_store::schema::to_item(&record).expect("item");
+        item.insert("sourceSystem".into(), AttributeValue::S("hist".into()));
+        servicing
+            .client
+            .put_item()
+            .table_name(&servicing.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .expect("a past payment");
+    }
+}
+
+/// The window's reconciliation and the money's read the window's records through the record
+/// log the relay keeps from the stream, and the business dates their money moved on: no scan,
+/// and no record of the past days read, however many there are.
+async fn when_a_window_is_reconciled_should_read_its_records_through_the_record_log(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    for i in 0..3 {
+        let a = format!("acc_day_{i}");
+        process(
+            &handler,
+            &[
+                (&format!("{a}-o"), open(&a)),
+                (&format!("{a}-p"), pay(&a, &format!("{a}-pay"), 20, 1_000)),
+            ],
+        )
+        .await;
+    }
+    let template = servicing
+        .claims()
+        .await
+        .into_iter()
+        .find(|c| c.event_type == "PAYMENT_SETTLED")
+        .expect("an applied payment");
+    past_payments(&servicing, &template, 40, 3).await;
+    servicing.keep_record_log().await;
+
+    let now = servicing_ops::epoch_seconds();
+    let window = (now - 3_600, now + 1);
+    let plan = FaultPlan::default();
+    let client = plan.client(&servicing.client);
+    let report = servicing_ops::reconcile::reconcile(
+        &client,
+        &servicing.table,
+        "account-state",
+        window,
+        None,
+    )
+    .await
+    .expect("reconcile");
+    assert_eq!(
+        (report.applied, report.holds()),
+        (6, true),
+        "{engine:?}: {:?}",
+        report.lines()
+    );
+    let money = servicing_ops::money::reconcile_money(
+        &client,
+        &servicing.table,
+        &[],
+        window,
+        now,
+        servicing_ops::money::Grace::default(),
+    )
+    .await
+    .expect("money");
+    assert_eq!(
+        money
+            .dates
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["2026-09-20"],
+        "{engine:?}: the dates the window's money moved on"
+    );
+    let paid: u64 = money.totals.values().map(|t| t.payments).sum();
+    assert_eq!(paid, 3, "{engine:?}: {:?}", money.lines());
+    let access = plan.access();
+    assert!(
+        scans(&access).is_empty(),
+        "{engine:?}: {:?}",
+        scans(&access)
+    );
+    let history: Vec<&(String, String)> = access
+        .iter()
+        .filter(|(_, key)| key.contains("#hist#"))
+        .collect();
+    assert!(
+        history.is_empty(),
+        "{engine:?}: past days' records read: {history:?}"
     );
 }

@@ -145,14 +145,22 @@ async fn stored(servicing: &Servicing, account: &str) -> SubLedger {
 
 /// The whole money reconciliation, ledger included, with no grace: (holds, its lines).
 async fn reconciled(servicing: &Servicing) -> (bool, Vec<String>) {
+    servicing.keep_record_log().await;
     let now = servicing_ops::epoch_seconds();
     let grace = Grace {
         accepted_secs: 0,
         action_secs: 3600,
     };
-    let money = reconcile_money(&servicing.client, &servicing.table, &[], now, grace)
-        .await
-        .expect("money");
+    let money = reconcile_money(
+        &servicing.client,
+        &servicing.table,
+        &[],
+        (now - 25 * 3600, now + 1),
+        now,
+        grace,
+    )
+    .await
+    .expect("money");
     let ledger = reconcile_ledger(&servicing.client, &servicing.table, &money, now, 0)
         .await
         .expect("ledger");

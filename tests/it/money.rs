@@ -93,10 +93,12 @@ async fn when_a_payment_is_accepted_but_never_applied_or_resent_under_new_ids_sh
         parse_settlement("source,date,currency,total\nprov-a,2026-11-02,EUR,10000.00\n")
             .expect("settlement");
     let now = servicing_ops::epoch_seconds();
+    servicing.keep_record_log().await;
     let money = reconcile_money(
         &servicing.client,
         &servicing.table,
         &settlement,
+        (now - 25 * 3600, now + 1),
         now,
         Grace {
             accepted_secs: 0,
@@ -154,10 +156,12 @@ async fn when_a_payment_is_accepted_but_never_applied_or_resent_under_new_ids_sh
     assert_eq!(servicing.loan(account).await.expect("account"), before);
 
     // Within the grace period the lost payment is only "in flight": the rest still fails.
+    servicing.keep_record_log().await;
     let grace = reconcile_money(
         &servicing.client,
         &servicing.table,
         &[],
+        (now - 25 * 3600, now + 1),
         now,
         Grace {
             accepted_secs: 3600,
@@ -223,10 +227,13 @@ async fn when_a_collections_action_stays_unsettled_past_its_grace_should_name_it
     put("sent", two_hours_ago, "SENT", None).await;
     put("fresh", now - 60, "PENDING", None).await;
 
+    servicing.keep_record_log().await;
+
     let money = reconcile_money(
         &servicing.client,
         &servicing.table,
         &[],
+        (now - 25 * 3600, now + 1),
         now,
         Grace::default(),
     )

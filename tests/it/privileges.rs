@@ -253,6 +253,7 @@ async fn when_the_reconciler_runs_should_touch_only_what_its_role_declares(engin
     let plan = FaultPlan::default();
     let store = servicing.faulty_store("account-state", &plan);
     let now = servicing_ops::epoch_seconds() + 3_600;
+    servicing.keep_record_log().await;
     let run = ::reconciler::run_at(&config, &store, &sqs, now)
         .await
         .expect("run");

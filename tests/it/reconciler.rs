@@ -41,6 +41,7 @@ async fn when_a_payment_is_suspected_twice_under_new_identities_should_not_hold(
     };
     let store = servicing.store("account-state");
     let now = servicing_ops::epoch_seconds() + 1;
+    servicing.keep_record_log().await;
     let run = ::reconciler::run_at(&config, &store, &sqs, now)
         .await
         .expect("run");
@@ -54,6 +55,7 @@ async fn when_a_payment_is_suspected_twice_under_new_identities_should_not_hold(
         process(&handler, &[pay(a, "pay-again", 3, 900)]).await,
         [MessageResult::Applied]
     );
+    servicing.keep_record_log().await;
     let run = ::reconciler::run_at(&config, &store, &sqs, now + 1)
         .await
         .expect("run");
@@ -303,10 +305,12 @@ async fn when_a_parked_fact_stays_ready_should_send_it_back_to_be_released(engin
     let store = servicing.store("account-state");
     // Within the grace the consumer may still be releasing it: nothing is sent.
     let now = servicing_ops::epoch_seconds();
+    servicing.keep_record_log().await;
     let quiet = ::reconciler::run_at(&config, &store, &sqs, now)
         .await
         .expect("run");
     assert_eq!(quiet["readyNotReleased"].as_array().map(Vec::len), Some(0));
+    servicing.keep_record_log().await;
     let report = ::reconciler::run_at(&config, &store, &sqs, now + 600)
         .await
         .expect("run");

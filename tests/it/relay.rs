@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
+use integration_tests::faults::{Fault, FaultPlan};
 use integration_tests::routing::RoutedBus;
 use integration_tests::servicing::Servicing;
 use integration_tests::{Engine, streams};
@@ -164,6 +165,68 @@ async fn when_stream_records_are_relayed_should_route_every_outbox_event_to_the_
         .expect("PaymentApplied");
     assert_eq!(applied["source"], "servicing.account-state");
     assert_eq!(applied["detail"]["allocation"]["principal"], 21000);
+}
+
+/// The relay lists every fact's record of a batch in the record log (events or none) before it
+/// publishes anything: a failed log write checkpoints at the batch's first record with nothing
+/// published, and the batch delivered again lists them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_a_batch_is_relayed_should_list_every_facts_record_in_the_record_log_first() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let (records, outbox) = sample_stream(&servicing).await;
+    let routed = RoutedBus::new(&config, json!({"source": [{"prefix": "servicing."}]})).await;
+
+    let plan = FaultPlan::default();
+    plan.at_request(1, Fault::ServerError);
+    let failing = OutboxRelay::new(
+        aws_sdk_eventbridge::Client::new(&config),
+        servicing.faulty_store(CONSUMER, &plan),
+        &routed.bus,
+    );
+    let report = failing.relay(&records).await;
+    assert_eq!(
+        (report.checkpoint.as_ref(), report.published),
+        (records[0].change.sequence_number.as_ref(), 0)
+    );
+
+    let report = relay_with(&servicing, &config, &routed.bus)
+        .relay(&records)
+        .await;
+    assert_eq!(report.checkpoint, None);
+    let envelopes = routed.drain().await;
+    assert_eq!(
+        envelopes.len(),
+        outbox.len(),
+        "the failed batch published nothing"
+    );
+    let now = servicing_ops::epoch_seconds();
+    let listed: BTreeSet<String> = servicing_ops::record_log::claimed_in(
+        &servicing.client,
+        &servicing.table,
+        "account-state",
+        (now - 3_600, now + 1),
+    )
+    .await
+    .expect("the record log")
+    .iter()
+    .filter_map(|item| match item.get("pk") {
+        Some(aws_sdk_dynamodb::types::AttributeValue::S(pk)) => Some(pk.clone()),
+        _ => None,
+    })
+    .collect();
+    let written: BTreeSet<String> = servicing
+        .claims()
+        .await
+        .into_iter()
+        .filter(|c| c.consumer == "account-state")
+        .map(|c| c.pk)
+        .collect();
+    assert_eq!(listed, written, "every record, events or none");
+    assert!(
+        written.len() > outbox.len() - 2,
+        "records without events too: {written:?}"
+    );
 }
 
 /// What the fake EventBridge does with its next `PutEvents` call (then: accept everything).

@@ -424,11 +424,12 @@ async fn when_a_record_is_past_its_expiry_should_be_counted_and_listed_nowhere(e
     );
 
     let window = (0, now + 3_600);
+    servicing.keep_record_log().await;
     let reconciliation = servicing_ops::reconcile::reconcile(
         &servicing.client,
         &servicing.table,
         "account-state",
-        window,
+        (now - 3_600, now + 3_600),
         None,
     )
     .await

@@ -268,6 +268,31 @@ impl Servicing {
         ServicingStore::new(self.client.clone(), StoreConfig::new(&self.table, consumer))
     }
 
+    /// Lists every record the table's stream carried so far in the record log, as the relay
+    /// does before it publishes (`servicing_store::record_log`): what a window's reconciliation
+    /// reads. Again and again as a test goes on: the log is a set.
+    pub async fn keep_record_log(&self) {
+        let config = self.engine.sdk_config().await;
+        let records = crate::streams::read_all(
+            &aws_sdk_dynamodbstreams::Client::new(&config),
+            &self.client,
+            &self.table,
+        )
+        .await;
+        let mut log = servicing_store::record_log::RecordLog::default();
+        for record in &records {
+            log.add(
+                &record.event_name,
+                &record.change.new_image,
+                record.change.approximate_creation_date_time.timestamp(),
+            );
+        }
+        self.store("outbox-relay")
+            .write_record_log(&log, "test-stream")
+            .await
+            .expect("the record log");
+    }
+
     /// `consumer`'s store whose commits meet `faults`.
     pub fn faulty_store(&self, consumer: &str, faults: &FaultPlan) -> ServicingStore {
         ServicingStore::new(

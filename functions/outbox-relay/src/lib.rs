@@ -21,6 +21,11 @@
 //! which no retry can send: it is quarantined (`sqs_refused`, with SQS's code and message) and
 //! the relay moves on, instead of holding the shard until Lambda drops the whole batch.
 //!
+//! Before publishing, the batch's facts' records (every verdict, events or none: the event
+//! source mapping passes them all) are listed in the record log (`servicing_store::record_log`)
+//! by the hour they were claimed and the business date of their money events: what the daily
+//! reconciliation reads instead of the table.
+//!
 //! Every stream record that carries events leaves one decision record (consumer
 //! `outbox-relay`, `messageId` = the stream record's `eventID`): `published`, `sent` (an API
 //! payment also put on the servicing queue), `quarantined`, or `retried` (the checkpoint and
@@ -33,6 +38,7 @@
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use servicing_store::ServicingStore;
+use servicing_store::record_log::RecordLog;
 use servicing_telemetry::DecisionRecord;
 
 mod admission;
@@ -134,6 +140,9 @@ impl OutboxRelay {
 
     pub async fn relay(&self, records: &[EventRecord]) -> RelayReport {
         let mut report = RelayReport::default();
+        if let Err(failed_at) = self.log_records(records).await {
+            return self.fail_from(report, records, failed_at);
+        }
         let mut chunk: Vec<Publishable<'_>> = Vec::new();
         let mut chunk_bytes = 0;
 
@@ -181,5 +190,32 @@ impl OutboxRelay {
             return self.fail_from(report, records, failed_at);
         }
         report
+    }
+
+    /// Lists the batch's facts' records in the record log before anything is published, so a
+    /// failure checkpoints at the batch's first record: the batch comes again whole, nothing of
+    /// it published yet.
+    async fn log_records(&self, records: &[EventRecord]) -> Result<(), FailedAt> {
+        let mut log = RecordLog::default();
+        for record in records {
+            log.add(
+                &record.event_name,
+                &record.change.new_image,
+                record.change.approximate_creation_date_time.timestamp(),
+            );
+        }
+        let Some(first) = records.first().filter(|_| !log.is_empty()) else {
+            return Ok(());
+        };
+        self.store
+            .write_record_log(&log, &first.event_id)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "record log write failed");
+                FailedAt::new(
+                    &position_sequence(records, 0),
+                    format!("the record log could not be written: {e}"),
+                )
+            })
     }
 }

@@ -147,11 +147,12 @@ pub async fn run_at(
         }
     }
     let window_secs = config.window_hours as i64 * 3600;
+    let window = (now - window_secs, now + 1);
     let report = servicing_ops::reconcile::reconcile(
         store.client(),
         &config.table,
         RECONCILED,
-        (now - window_secs, now + 1),
+        window,
         None,
     )
     .await?;
@@ -164,6 +165,7 @@ pub async fn run_at(
         store.client(),
         &config.table,
         &[],
+        window,
         now,
         servicing_ops::money::Grace::default(),
     )

@@ -9,7 +9,8 @@
 //! - every reversal's entry is the exact opposite of the payment's entry it names;
 //! - the cash the ledger took in and gave back per source system, currency and business date
 //!   equals servicing's applied payments and reversals for the same key (which the money
-//!   reconciliation compares with the provider's settlement file).
+//!   reconciliation compares with the provider's settlement file), for the dates the money
+//!   reconciliation totalled.
 //!
 //! Postings follow servicing by seconds (relay, bus, queue): an account touched within the
 //! grace is listed as in flight, not as a problem, and so is a key one of whose accounts is
@@ -326,7 +327,12 @@ pub async fn reconcile_ledger(
         }
     }
 
-    let keys: BTreeSet<&Key> = servicing.keys().chain(posted.keys()).collect();
+    // The business dates the money reconciliation totalled (each whole); others it did not read.
+    let keys: BTreeSet<&Key> = servicing
+        .keys()
+        .chain(posted.keys())
+        .filter(|(_, _, date)| money.dates.contains(date))
+        .collect();
     for key in keys {
         let s = servicing.get(key).copied().unwrap_or_default();
         let p = posted.get(key).copied().unwrap_or_default();

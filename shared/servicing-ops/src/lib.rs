@@ -15,6 +15,7 @@ pub mod money;
 pub mod parked;
 pub mod quarantine;
 pub mod reconcile;
+pub mod record_log;
 pub mod replay;
 pub mod report;
 pub mod republish;

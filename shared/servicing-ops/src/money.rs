@@ -6,12 +6,14 @@
 //! a person, never reversed automatically).
 //!
 //! Read from the facts' records (`ClaimRecord`: a payment's `PaymentApplied` event carries its
-//! allocation, a reversal's `PaymentReversed` its amount; still one scan pass for the totals and
-//! suspected duplicates), and from the open index: the API's idempotency records not yet
-//! confirmed applied (each carries the `PAYMENT_SETTLED` it sent) and the unsettled actions.
+//! allocation, a reversal's `PaymentReversed` its amount), through the record log: the totals
+//! and suspected duplicates of the business dates on which the window's facts moved money, and
+//! of the settlement's dates — each date whole, whenever its payments were applied — and from
+//! the open index: the API's idempotency records not yet confirmed applied (each carries the
+//! `PAYMENT_SETTLED` it sent) and the unsettled actions. Nothing is read by the table's size.
 //!
-//! Here the report's form, its lines and the settlement file; the scan pass that fills the
-//! report is in `reconcile`.
+//! Here the report's form, its lines and the settlement file; the reads that fill the report
+//! are in `reconcile`.
 
 mod reconcile;
 #[cfg(test)]
@@ -140,6 +142,9 @@ pub struct MoneyReconciliation {
     pub confirmed: Vec<(String, String)>,
     pub not_applied: Vec<NotApplied>,
     pub totals: BTreeMap<Key, Totals>,
+    /// The business dates totalled: every one on which the window's facts moved money, and the
+    /// settlement's. Each is complete (all its payments, whenever applied); others are not read.
+    pub dates: std::collections::BTreeSet<NaiveDate>,
     /// The accounts behind each key's totals (the ledger's leg names a key in flight by them).
     pub key_accounts: BTreeMap<Key, std::collections::BTreeSet<String>>,
     pub suspected_duplicates: Vec<SuspectedDuplicate>,
@@ -196,6 +201,14 @@ impl MoneyReconciliation {
                 n.state
             ));
         }
+        out.push(format!(
+            "business dates totalled: {}",
+            match (self.dates.first(), self.dates.last()) {
+                (Some(first), Some(last)) if first == last => format!("{first}"),
+                (Some(first), Some(last)) => format!("{} from {first} to {last}", self.dates.len()),
+                _ => "none (no money moved in the window, no settlement given)".to_owned(),
+            }
+        ));
         for ((source, currency, date), t) in &self.totals {
             out.push(format!(
                 "{source} {currency} {date}: {} payments {} - {} reversals {} = {}",

@@ -1,8 +1,12 @@
 //! Reconciliation: SourceEventCount → CanonicalUniqueEventCount → AppliedBusinessEventCount,
 //! with duplicates, collisions, stale and quarantined in between, plus the money checks: every
 //! stored allocation sums to its payment, every applied payment has its allocation.
+//!
+//! A window reads what it reports: its records through the record log, its quarantine by its
+//! days, and by key the claims its quarantine items name. Against a producer's stream it is an
+//! audit of that stream, and reads every record (a scan).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use servicing_domain::StoredAllocation;
 use servicing_domain::{Fingerprint, ServicingEvent, SourceRef};
@@ -144,34 +148,48 @@ pub async fn reconcile(
     window: (i64, i64),
     source: Option<&[Vec<u8>]>,
 ) -> anyhow::Result<Reconciliation> {
-    let mut items = scan_types(
-        client,
-        table,
-        &[ClaimRecord::ITEM_TYPE, QuarantineRecord::ITEM_TYPE],
-    )
-    .await?;
-    let mut of_type = |t: &str| items.remove(t).unwrap_or_default();
+    // A window: its records through the record log, its quarantine by its days. A source
+    // stream: its facts may have come on any day, so every record and quarantine item (a
+    // scan: an audit of that stream).
+    let (claim_items, quarantine_items) = match source {
+        Some(_) => {
+            let mut items = scan_types(
+                client,
+                table,
+                &[ClaimRecord::ITEM_TYPE, QuarantineRecord::ITEM_TYPE],
+            )
+            .await?;
+            let mut of_type = |t: &str| items.remove(t).unwrap_or_default();
+            (
+                of_type(ClaimRecord::ITEM_TYPE),
+                of_type(QuarantineRecord::ITEM_TYPE),
+            )
+        }
+        None => (
+            crate::record_log::claimed_in(client, table, consumer, window).await?,
+            crate::quarantine::in_window(
+                client,
+                table,
+                consumer,
+                (window.0 * 1000, window.1 * 1000),
+            )
+            .await?,
+        ),
+    };
     let mut report = Reconciliation {
         consumer: consumer.to_owned(),
         window,
         ..Reconciliation::default()
     };
-    let claims: Vec<ClaimRecord> = decoded(
-        of_type(ClaimRecord::ITEM_TYPE),
-        "claim",
-        &mut report.problems,
-    )
-    .into_iter()
-    .filter(|c: &ClaimRecord| c.consumer == consumer)
-    .collect();
-    let quarantine: Vec<QuarantineRecord> = decoded(
-        of_type(QuarantineRecord::ITEM_TYPE),
-        "quarantine item",
-        &mut report.problems,
-    )
-    .into_iter()
-    .filter(|q: &QuarantineRecord| q.consumer == consumer)
-    .collect();
+    let claims: Vec<ClaimRecord> = decoded(claim_items, "claim", &mut report.problems)
+        .into_iter()
+        .filter(|c: &ClaimRecord| c.consumer == consumer)
+        .collect();
+    let quarantine: Vec<QuarantineRecord> =
+        decoded(quarantine_items, "quarantine item", &mut report.problems)
+            .into_iter()
+            .filter(|q: &QuarantineRecord| q.consumer == consumer)
+            .collect();
     // A payment's allocation rides on its record (its PaymentApplied event). A tampered part
     // still decodes (and fails the sum below); a mangled record is a problem.
     let mut allocations: Vec<StoredAllocation> = Vec::new();
@@ -186,6 +204,29 @@ pub async fn reconcile(
 
     let claims_by_source: HashMap<SourceRef, &ClaimRecord> =
         claims.iter().map(|c| (c.source(), c)).collect();
+    // A window's quarantine item may name a fact claimed before the window (a collision, a
+    // redelivery judged again): its claim, read by key, keeps it out of the unclaimed count.
+    let claimed_before: HashSet<SourceRef> = match source {
+        Some(_) => HashSet::new(),
+        None => {
+            let keys = quarantine
+                .iter()
+                .filter_map(QuarantineRecord::source)
+                .filter(|s| !claims_by_source.contains_key(s))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .map(|s| items::key_item(items::claim_key(consumer, &s)))
+                .collect();
+            let now = crate::epoch_seconds();
+            crate::batch_get(client, table, keys)
+                .await?
+                .into_iter()
+                .filter(|item| crate::record_log::unexpired(item, now))
+                .filter_map(|item| schema::from_item::<ClaimRecord>(item).ok())
+                .map(|claim| claim.source())
+                .collect()
+        }
+    };
     let quarantined_by_source: HashMap<SourceRef, &QuarantineRecord> = quarantine
         .iter()
         .filter_map(|q| Some((q.source()?, q)))
@@ -262,8 +303,9 @@ pub async fn reconcile(
                         .iter()
                         .filter(|q| in_window(Some(q.quarantined_at / 1000)))
                         .filter(|q| {
-                            q.source()
-                                .is_none_or(|s| !claims_by_source.contains_key(&s))
+                            q.source().is_none_or(|s| {
+                                !claims_by_source.contains_key(&s) && !claimed_before.contains(&s)
+                            })
                         })
                         .collect(),
                 )

@@ -32,6 +32,7 @@ mod parked;
 mod quarantine;
 mod quarantine_codes;
 mod recent;
+pub mod record_log;
 pub mod schema;
 
 use std::sync::Arc;

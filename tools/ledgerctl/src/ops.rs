@@ -13,7 +13,9 @@ pub struct ReconcileArgs {
     /// The consumer whose claims are reconciled, e.g. `--consumer collections`.
     #[arg(long, default_value = "account-state", value_parser = clap::builder::PossibleValuesParser::new(["account-state", "collections"]))]
     consumer: String,
-    /// The window, ending now, in hours, e.g. `--hours 48`.
+    /// The window, ending now, in hours, e.g. `--hours 48`. With --money: the business dates
+    /// totalled are those on which the window's facts moved money (each date whole), and the
+    /// settlement's.
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 3650))]
     hours: i64,
     /// The source stream (JSON Lines) to reconcile against, e.g. `--source prov-a-2026-11-02.jsonl`.
@@ -148,13 +150,15 @@ fn reconcile_money(args: &ReconcileArgs, target: &Target) -> anyhow::Result<bool
         )?,
         None => Vec::new(),
     };
+    let now = servicing_ops::epoch_seconds();
     runtime()?.block_on(async {
         let target = target.resolve(None).await?;
         let report = servicing_ops::money::reconcile_money(
             &target.dynamodb(),
             &target.table,
             &settlement,
-            servicing_ops::epoch_seconds(),
+            (now - args.hours * 3600, now + 1),
+            now,
             servicing_ops::money::Grace {
                 accepted_secs: args.grace_minutes * 60,
                 action_secs: args.action_grace_minutes * 60,

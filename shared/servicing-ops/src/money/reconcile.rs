@@ -1,8 +1,8 @@
 //! What the money reconciliation reads, into a `MoneyReconciliation`: the accepted API payments
 //! not yet confirmed and the unsettled actions from the open index (with their facts' records
-//! by key), the parked facts, and — still one scan pass of the facts' records — the totals by
-//! source, currency and date and the suspected duplicates. Separate from the report's form:
-//! this is the part that reads the table.
+//! by key), the parked facts, and — through the record log — the records of the business dates
+//! to total: the totals by source, currency and date and the suspected duplicates. Separate
+//! from the report's form: this is the part that reads the table.
 
 use std::collections::BTreeMap;
 
@@ -17,25 +17,65 @@ use super::{
     Grace, MoneyReconciliation, NotApplied, Settlement, StuckAction, SuspectedDuplicate, Totals,
     minor,
 };
-use crate::scan_types;
+use servicing_store::record_log::MONEY_CONSUMER;
+
+/// The business dates on which `claim`'s fact moved money (its `PaymentApplied` or
+/// `PaymentReversed`), or, when its events do not decode, the date it was claimed (the record
+/// log lists it there, so the date's read meets it and reports it).
+fn money_dates(claim: &ClaimRecord) -> Vec<chrono::NaiveDate> {
+    let claimed_on = || {
+        chrono::DateTime::from_timestamp(claim.claimed_at, 0)
+            .map(|t| t.date_naive())
+            .into_iter()
+            .collect()
+    };
+    let Ok(events) = claim.events() else {
+        return claimed_on();
+    };
+    events
+        .iter()
+        .filter(|e| {
+            [
+                detail_types::PAYMENT_APPLIED,
+                detail_types::PAYMENT_REVERSED,
+            ]
+            .contains(&e.detail_type.as_str())
+        })
+        .filter_map(|e| e.detail["occurredAt"].as_str())
+        .filter_map(servicing_domain::event::parse_timestamp)
+        .map(|t| t.date_naive())
+        .collect()
+}
 
 /// Reconciles the money of `table` at `now` (epoch s): API payments accepted longer than the
 /// grace ago must be applied, actions unsettled past theirs are stuck, ready parked facts must
-/// have been released. The open index and one scan pass of the facts' records.
+/// have been released; the totals and suspected duplicates of every business date on which
+/// the facts claimed in `window` (epoch s, `[from, to)`) moved money, and of the settlement's
+/// dates. The open index and the record log: nothing by the table's size.
 pub async fn reconcile_money(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     settlement: &[Settlement],
+    window: (i64, i64),
     now: i64,
     grace: Grace,
 ) -> anyhow::Result<MoneyReconciliation> {
     let grace_secs = grace.accepted_secs;
-    let mut items = scan_types(client, table, &[ClaimRecord::ITEM_TYPE]).await?;
     let mut report = MoneyReconciliation::default();
+    let window_records =
+        crate::record_log::claimed_in(client, table, MONEY_CONSUMER, window).await?;
+    report.dates = settlement.iter().map(|s| s.key.2).collect();
+    // A record that does not decode at all names no date: the window's reconciliation, which
+    // reads the same records, reports it.
+    for item in window_records {
+        if let Ok(claim) = schema::from_item::<ClaimRecord>(item) {
+            report.dates.extend(money_dates(&claim));
+        }
+    }
     let mut claims: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
-    for item in items.remove(ClaimRecord::ITEM_TYPE).unwrap_or_default() {
+    for item in crate::record_log::money_on(client, table, &report.dates).await? {
         match schema::from_item::<ClaimRecord>(item) {
-            Ok(claim) if claim.consumer == "account-state" => {
+            Ok(claim) if claim.consumer == MONEY_CONSUMER => {
                 claims.insert(claim.source(), claim);
             }
             Ok(_) => {}
@@ -172,6 +212,10 @@ pub async fn reconcile_money(
                     ));
                     continue;
                 };
+                // A date not asked for is incomplete here: another day's read totals it.
+                if !report.dates.contains(&applied_on) {
+                    continue;
+                }
                 let key = (
                     claim.source_system.clone(),
                     currency.as_str().to_owned(),
@@ -211,6 +255,9 @@ pub async fn reconcile_money(
                     ));
                     continue;
                 };
+                if !report.dates.contains(&date) {
+                    continue;
+                }
                 let currency = detail["currency"].as_str().unwrap_or_default().to_owned();
                 let key = (claim.source_system.clone(), currency, date);
                 let t = report.totals_of(key, &claim.account_id);

@@ -1,0 +1,113 @@
+//! The facts' records of a window or of business dates, read through the record log the relay
+//! keeps from the table's stream (`servicing_store::record_log`): the log's partitions of the
+//! hours or dates asked for, then each listed record by key. What is read grows with the
+//! window, never with the table's history.
+//!
+//! The log is as complete as the relay is current: a record is listed once the relay has taken
+//! its stream record (seconds; the relay's `IteratorAge` alarm says when it is behind), so a
+//! window is reconciled once it has closed (the reconciler's window ends at its start).
+
+use std::collections::{BTreeSet, HashMap};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::NaiveDate;
+use servicing_domain::SourceRef;
+use servicing_store::items;
+use servicing_store::record_log::{self, MONEY_CONSUMER};
+
+use crate::{Item, batch_get, epoch_seconds, failed};
+
+/// The most hours one read of the log covers (400 days, as the quarantine's days).
+pub const MAX_HOURS: i64 = 400 * 24;
+
+/// `consumer`'s records claimed in `[from, to)` (epoch s), as they are now (read by key,
+/// consistently). A record past its expiry is not returned: gone to every count, whether TTL
+/// has deleted it or not (`items::UNEXPIRED`). A record whose claim was replaced in a later
+/// hour (a parked fact applied) is returned with its later `claimedAt`: callers judge the
+/// window by it.
+pub async fn claimed_in(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    consumer: &str,
+    (from, to): (i64, i64),
+) -> anyhow::Result<Vec<Item>> {
+    if to <= from {
+        return Ok(Vec::new());
+    }
+    let first_hour = from.div_euclid(3600);
+    let hours = (to - 1).div_euclid(3600) - first_hour + 1;
+    anyhow::ensure!(
+        hours <= MAX_HOURS,
+        "{hours} hours of records asked for; at most {MAX_HOURS}"
+    );
+    let partitions = (first_hour..first_hour + hours)
+        .filter_map(|hour| record_log::claimed_partition(consumer, hour * 3600))
+        .collect();
+    listed(client, table, consumer, partitions).await
+}
+
+/// The records whose money events (`PaymentApplied`, `PaymentReversed`) fall on `dates`, with
+/// the ones whose events do not decode claimed on those dates (for the reader to report).
+pub async fn money_on(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    dates: &BTreeSet<NaiveDate>,
+) -> anyhow::Result<Vec<Item>> {
+    let partitions = dates
+        .iter()
+        .map(|date| record_log::money_partition(*date))
+        .collect();
+    listed(client, table, MONEY_CONSUMER, partitions).await
+}
+
+/// The records `partitions` list, each once, unexpired.
+async fn listed(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    consumer: &str,
+    partitions: Vec<String>,
+) -> anyhow::Result<Vec<Item>> {
+    let mut facts: BTreeSet<String> = BTreeSet::new();
+    for partition in partitions {
+        let entries: Vec<Item> = client
+            .query()
+            .table_name(table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S(partition.clone()))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(failed(format!("cannot query {partition}")))?;
+        for entry in &entries {
+            facts.extend(record_log::facts_of(entry).map(str::to_owned));
+        }
+    }
+    let keys = facts
+        .iter()
+        .filter_map(|fact| fact.split_once('#'))
+        .map(|(system, event_id)| {
+            let source = SourceRef {
+                system: system.to_owned(),
+                event_id: event_id.to_owned(),
+            };
+            items::key_item(items::claim_key(consumer, &source))
+        })
+        .collect();
+    let now = epoch_seconds();
+    Ok(batch_get(client, table, keys)
+        .await?
+        .into_iter()
+        .filter(|item| unexpired(item, now))
+        .collect())
+}
+
+/// `items::UNEXPIRED`, for items read by key.
+pub(crate) fn unexpired(item: &HashMap<String, AttributeValue>, now: i64) -> bool {
+    match item.get("expiresAt") {
+        Some(AttributeValue::N(at)) => at.parse::<i64>().is_ok_and(|at| at >= now),
+        _ => true,
+    }
+}

@@ -1,0 +1,304 @@
+//! The record log: which facts' records were written in each hour, and which of them carry a
+//! money event of each business date. Kept from the table's stream by the relay, so the daily
+//! reconciliation reads the window it reports on — not every record ever kept (issue #33).
+//!
+//! Items (no `expiresAt`: a log entry is ~40 bytes of an hour's partition, and it lists
+//! records kept for good too, the applied payments):
+//! - `LOG#CLAIMED#<consumer>#<yyyy-mm-ddThh>` (the hour of the record's `claimedAt`, UTC);
+//! - `LOG#MONEY#<yyyy-mm-dd>` (the UTC date of a `PaymentApplied` or `PaymentReversed`'s
+//!   `occurredAt`, the date the money reconciliation totals it under; a record whose events do
+//!   not decode goes under its `claimedAt` date, so the reader still meets it and says so);
+//!
+//! each keyed `<the stream eventID of the first record of the batch that wrote it>` and holding
+//! `facts` (SS): the records' `<sourceSystem>#<sourceEventId>`. A batch delivered again writes
+//! the same items (bisected, items overlapping them): a reader takes the union and reads each
+//! record by key, so the log is a set that is never wrong for being written twice.
+//!
+//! Cost: one `PutItem` per (partition, batch), written off the hot path; ~40 bytes per fact,
+//! so a full relay batch of 100 facts writes ~4 KB (4 WCU), 0.04 WCU per fact
+//! (`docs/benchmarks.md`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, NaiveDate};
+use servicing_domain::outbox::detail_types;
+
+use crate::items::{self, Item};
+use crate::schema::{ClaimRecord, OutboxEvent};
+use crate::{ServicingStore, StoreError, classify};
+
+/// The item type of a log item.
+pub const ITEM_TYPE: &str = "RECORD_LOG";
+/// The attribute listing the records: `<sourceSystem>#<sourceEventId>`.
+pub const FACTS: &str = "facts";
+/// The consumer whose records carry the money events.
+pub const MONEY_CONSUMER: &str = "account-state";
+
+/// The partition listing `consumer`'s records claimed in the UTC hour of `claimed_at` (epoch s).
+pub fn claimed_partition(consumer: &str, claimed_at: i64) -> Option<String> {
+    let hour = DateTime::from_timestamp(claimed_at, 0)?;
+    Some(format!(
+        "LOG#CLAIMED#{consumer}#{}",
+        hour.format("%Y-%m-%dT%H")
+    ))
+}
+
+/// The partition listing the records that carry a money event of business date `date`.
+pub fn money_partition(date: NaiveDate) -> String {
+    format!("LOG#MONEY#{date}")
+}
+
+/// The log entries of one stream batch, by partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordLog {
+    partitions: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// A stream image's attributes, as Lambda hands them over.
+pub type StreamImage = HashMap<String, serde_dynamo::AttributeValue>;
+
+fn text<'a>(image: &'a StreamImage, name: &str) -> Option<&'a str> {
+    match image.get(name) {
+        Some(serde_dynamo::AttributeValue::S(v)) => Some(v),
+        _ => None,
+    }
+}
+
+impl RecordLog {
+    /// Adds the record a stream record wrote (`event_name` INSERT or MODIFY, its new image), if
+    /// it is a fact's record. The hour comes from its `claimedAt`, else from `written_at` (the
+    /// stream's own time, epoch s): a record that does not decode is listed all the same, so
+    /// the reader meets it and reports it.
+    pub fn add(&mut self, event_name: &str, image: &StreamImage, written_at: i64) {
+        let is_record = matches!(event_name, "INSERT" | "MODIFY")
+            && text(image, items::ITEM_TYPE) == Some(ClaimRecord::ITEM_TYPE);
+        let (Some(consumer), Some(system), Some(event_id)) = (
+            text(image, "consumer"),
+            text(image, items::SOURCE_SYSTEM),
+            text(image, items::SOURCE_EVENT_ID),
+        ) else {
+            return;
+        };
+        if !is_record {
+            return;
+        }
+        let claimed_at = match image.get("claimedAt") {
+            Some(serde_dynamo::AttributeValue::N(n)) => n.parse().unwrap_or(written_at),
+            _ => written_at,
+        };
+        let outbox = text(image, items::OUTBOX);
+        self.list(
+            consumer,
+            &format!("{system}#{event_id}"),
+            claimed_at,
+            outbox,
+        );
+    }
+
+    /// Adds a record read from the table (a one-off listing of records written before the
+    /// log, a benchmark's day).
+    pub fn add_record(&mut self, record: &ClaimRecord) {
+        let fact = format!("{}#{}", record.source_system, record.source_event_id);
+        let outbox = record.outbox.as_deref();
+        self.list(&record.consumer, &fact, record.claimed_at, outbox);
+    }
+
+    fn list(&mut self, consumer: &str, fact: &str, claimed_at: i64, outbox: Option<&str>) {
+        if let Some(partition) = claimed_partition(consumer, claimed_at) {
+            self.insert(partition, fact);
+        }
+        if consumer != MONEY_CONSUMER {
+            return;
+        }
+        match OutboxEvent::decode(outbox) {
+            Ok(events) => {
+                for date in events.iter().filter_map(money_date) {
+                    self.insert(money_partition(date), fact);
+                }
+            }
+            Err(_) => {
+                if let Some(date) = DateTime::from_timestamp(claimed_at, 0) {
+                    self.insert(money_partition(date.date_naive()), fact);
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, partition: String, fact: &str) {
+        self.partitions
+            .entry(partition)
+            .or_default()
+            .insert(fact.to_owned());
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.partitions.is_empty()
+    }
+
+    /// The items to put, keyed `batch_id` (the stream eventID of the batch's first record).
+    pub fn items(&self, batch_id: &str) -> Vec<Item> {
+        self.partitions
+            .iter()
+            .map(|(partition, facts)| {
+                let mut item = items::key_item((partition.clone(), batch_id.to_owned()));
+                item.insert(items::ITEM_TYPE.to_owned(), items::s(ITEM_TYPE));
+                item.insert(
+                    FACTS.to_owned(),
+                    AttributeValue::Ss(facts.iter().cloned().collect()),
+                );
+                item
+            })
+            .collect()
+    }
+}
+
+/// The business date a money event is totalled under: its `occurredAt`'s UTC date.
+fn money_date(event: &OutboxEvent) -> Option<NaiveDate> {
+    let money = [
+        detail_types::PAYMENT_APPLIED,
+        detail_types::PAYMENT_REVERSED,
+    ];
+    if !money.contains(&event.detail_type.as_str()) {
+        return None;
+    }
+    servicing_domain::event::parse_timestamp(event.detail["occurredAt"].as_str()?)
+        .map(|t| t.date_naive())
+}
+
+/// The records listed by a log partition's items: `<sourceSystem>#<sourceEventId>`.
+pub fn facts_of(item: &Item) -> impl Iterator<Item = &str> {
+    match item.get(FACTS) {
+        Some(AttributeValue::Ss(facts)) => facts.as_slice(),
+        _ => &[],
+    }
+    .iter()
+    .map(String::as_str)
+}
+
+impl ServicingStore {
+    /// Puts the log's items, one `PutItem` each (a batch's partitions are few: its hours and
+    /// its payments' dates). A failure leaves the batch to be delivered again.
+    pub async fn write_record_log(
+        &self,
+        log: &RecordLog,
+        batch_id: &str,
+    ) -> Result<(), StoreError> {
+        for item in log.items(batch_id) {
+            self.client()
+                .put_item()
+                .table_name(self.table())
+                .set_item(Some(item))
+                .send()
+                .await
+                .map_err(classify)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_dynamo::AttributeValue as A;
+
+    use super::*;
+
+    fn record(consumer: &str, id: &str, claimed_at: i64, outbox: Option<&str>) -> StreamImage {
+        let mut image = HashMap::from([
+            ("itemType".to_owned(), A::S("CLAIM".into())),
+            ("consumer".to_owned(), A::S(consumer.into())),
+            ("sourceSystem".to_owned(), A::S("psp".into())),
+            ("sourceEventId".to_owned(), A::S(id.into())),
+            ("claimedAt".to_owned(), A::N(claimed_at.to_string())),
+        ]);
+        if let Some(outbox) = outbox {
+            image.insert("outbox".to_owned(), A::S(outbox.into()));
+        }
+        image
+    }
+
+    fn applied(occurred_at: &str) -> String {
+        serde_json::json!([{"source": "servicing.account-state", "detailType": "PaymentApplied",
+            "detail": {"eventId": "evt_1", "eventType": "PaymentApplied", "occurredAt": occurred_at}}])
+        .to_string()
+    }
+
+    fn partitions(log: &RecordLog) -> Vec<(String, Vec<String>)> {
+        log.partitions
+            .iter()
+            .map(|(p, f)| (p.clone(), f.iter().cloned().collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_lists_each_record_by_its_claimed_hour_and_each_payment_by_its_business_date() {
+        let mut log = RecordLog::default();
+        // 2026-12-04T23:59:59Z and 2026-12-05T00:00:00Z: two hours, two days.
+        let paid = applied("2026-12-01T10:00:00+02:00");
+        log.add(
+            "INSERT",
+            &record("account-state", "p1", 1_796_428_799, Some(&paid)),
+            0,
+        );
+        log.add(
+            "INSERT",
+            &record("account-state", "f1", 1_796_428_800, None),
+            0,
+        );
+        log.add(
+            "MODIFY",
+            &record("account-state", "p1", 1_796_428_799, Some(&paid)),
+            0,
+        );
+        log.add(
+            "INSERT",
+            &record("collections", "c1", 1_796_428_800, None),
+            0,
+        );
+        log.add(
+            "REMOVE",
+            &record("account-state", "gone", 1_796_428_800, None),
+            0,
+        );
+        let mut loan = record("account-state", "x", 1_796_428_800, None);
+        loan.insert("itemType".into(), A::S("LOAN".into()));
+        log.add("INSERT", &loan, 0);
+        assert_eq!(
+            partitions(&log),
+            vec![
+                (
+                    "LOG#CLAIMED#account-state#2026-12-04T23".into(),
+                    vec!["psp#p1".into()]
+                ),
+                (
+                    "LOG#CLAIMED#account-state#2026-12-05T00".into(),
+                    vec!["psp#f1".into()]
+                ),
+                (
+                    "LOG#CLAIMED#collections#2026-12-05T00".into(),
+                    vec!["psp#c1".into()]
+                ),
+                ("LOG#MONEY#2026-12-01".into(), vec!["psp#p1".into()]),
+            ]
+        );
+        let items = log.items("evt-0001");
+        assert_eq!(items.len(), 4);
+        assert!(
+            items
+                .iter()
+                .all(|i| i.get("sk") == Some(&items::s("evt-0001")))
+        );
+    }
+
+    #[test]
+    fn a_record_whose_events_do_not_decode_is_listed_under_its_claimed_date_for_the_reader_to_report()
+     {
+        let mut log = RecordLog::default();
+        log.add(
+            "INSERT",
+            &record("account-state", "p1", 1_796_428_800, Some("not json")),
+            0,
+        );
+        assert!(partitions(&log).contains(&("LOG#MONEY#2026-12-05".into(), vec!["psp#p1".into()])));
+    }
+}
