@@ -512,8 +512,9 @@ async fn past_payments(
 }
 
 /// The window's reconciliation and the money's read the window's records through the record
-/// log the relay keeps from the stream, and the business dates their money moved on: no scan,
-/// and no record of the past days read, however many there are.
+/// log (the relay keeps it from the stream; records written before it, the one-off backfill
+/// lists), and the business dates their money moved on: no scan, and no record of the past
+/// days read, however many there are.
 async fn when_a_window_is_reconciled_should_read_its_records_through_the_record_log(
     engine: Engine,
 ) {
@@ -537,10 +538,31 @@ async fn when_a_window_is_reconciled_should_read_its_records_through_the_record_
         .find(|c| c.event_type == "PAYMENT_SETTLED")
         .expect("an applied payment");
     past_payments(&servicing, &template, 40, 3).await;
-    servicing.keep_record_log().await;
-
     let now = servicing_ops::epoch_seconds();
     let window = (now - 3_600, now + 1);
+
+    // Written before the log (no relay ran): a window lists none of them until the one-off
+    // backfill lists every record; a dry run only counts.
+    let unlisted = servicing_ops::reconcile::reconcile(
+        &servicing.client,
+        &servicing.table,
+        "account-state",
+        window,
+        None,
+    )
+    .await
+    .expect("reconcile");
+    assert_eq!(unlisted.applied, 0, "{engine:?}");
+    let store = servicing.store("ledgerctl");
+    let counted = servicing_ops::backfill::record_log(&store, true)
+        .await
+        .expect("dry run");
+    assert_eq!((counted.records, counted.items), (46, 0), "{engine:?}");
+    let listed = servicing_ops::backfill::record_log(&store, false)
+        .await
+        .expect("backfill");
+    assert_eq!((listed.records, listed.undecodable), (46, 0), "{engine:?}");
+
     let plan = FaultPlan::default();
     let client = plan.client(&servicing.client);
     let report = servicing_ops::reconcile::reconcile(

@@ -9,7 +9,8 @@
 use servicing_store::ServicingStore;
 use servicing_store::items;
 use servicing_store::open::{OPEN_SHARD, OpenKind};
-use servicing_store::schema::{self, ActionItem, IdempotencyRecord};
+use servicing_store::record_log::RecordLog;
+use servicing_store::schema::{self, ActionItem, ClaimRecord, IdempotencyRecord};
 
 use crate::{Item, scan_types, text};
 
@@ -89,6 +90,42 @@ pub async fn open_index(store: &ServicingStore, dry_run: bool) -> anyhow::Result
         if store.backfill_open(key, kind, &shard_key, since).await? {
             done.written[kind_at] += 1;
         }
+    }
+    Ok(done)
+}
+
+/// What a listing of the records written before the record log found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoggedBefore {
+    /// Facts' records listed (unexpired: an expired one is gone to every count).
+    pub records: u64,
+    /// Records that do not decode: not listed (`ledgerctl reconcile --source` names them).
+    pub undecodable: u64,
+    /// Log items written (none in a dry run).
+    pub items: u64,
+}
+
+/// The one-off after the deploy that introduced the record log (issue #33): the window's and
+/// the money's reconciliation read the records it lists, and the relay lists only what it
+/// relays from then on. Reads every record once (an explicit, separate full read) and lists it
+/// by its claimed hour and its money's dates, keyed `backfill`: running it again writes the
+/// same items (or, with more records, items listing more), never fewer.
+pub async fn record_log(store: &ServicingStore, dry_run: bool) -> anyhow::Result<LoggedBefore> {
+    let mut by_type = scan_types(store.client(), store.table(), &[ClaimRecord::ITEM_TYPE]).await?;
+    let mut done = LoggedBefore::default();
+    let mut log = RecordLog::default();
+    for item in by_type.remove(ClaimRecord::ITEM_TYPE).unwrap_or_default() {
+        match schema::from_item::<ClaimRecord>(item) {
+            Ok(record) => {
+                log.add_record(&record);
+                done.records += 1;
+            }
+            Err(_) => done.undecodable += 1,
+        }
+    }
+    if !dry_run {
+        done.items = log.items("backfill").len() as u64;
+        store.write_record_log(&log, "backfill").await?;
     }
     Ok(done)
 }

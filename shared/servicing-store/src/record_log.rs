@@ -34,6 +34,10 @@ pub const ITEM_TYPE: &str = "RECORD_LOG";
 pub const FACTS: &str = "facts";
 /// The consumer whose records carry the money events.
 pub const MONEY_CONSUMER: &str = "account-state";
+/// The most records one log item lists (~45 bytes each: ~90 KB, under DynamoDB's 400 KB item
+/// limit). A relay batch (at most 1,000 records) never reaches it; a one-off listing of a busy
+/// hour's records does, and is split into items keyed `<batch id>#<n>`.
+pub const MAX_FACTS_PER_ITEM: usize = 2_000;
 
 /// The partition listing `consumer`'s records claimed in the UTC hour of `claimed_at` (epoch s).
 pub fn claimed_partition(consumer: &str, claimed_at: i64) -> Option<String> {
@@ -136,17 +140,39 @@ impl RecordLog {
         self.partitions.is_empty()
     }
 
-    /// The items to put, keyed `batch_id` (the stream eventID of the batch's first record).
+    /// How many records it lists (a record under two partitions counts twice).
+    pub fn len(&self) -> usize {
+        self.partitions.values().map(BTreeSet::len).sum()
+    }
+
+    /// The items to put, keyed `batch_id` (the stream eventID of the batch's first record),
+    /// at most [`MAX_FACTS_PER_ITEM`] records each.
     pub fn items(&self, batch_id: &str) -> Vec<Item> {
-        self.partitions
+        let facts: Vec<(&String, Vec<&String>)> = self
+            .partitions
             .iter()
-            .map(|(partition, facts)| {
-                let mut item = items::key_item((partition.clone(), batch_id.to_owned()));
+            .flat_map(|(partition, facts)| {
+                let facts: Vec<&String> = facts.iter().collect();
+                facts
+                    .chunks(MAX_FACTS_PER_ITEM)
+                    .map(|chunk| (partition, chunk.to_vec()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut nth: BTreeMap<&String, usize> = BTreeMap::new();
+        facts
+            .into_iter()
+            .map(|(partition, chunk)| {
+                let n = nth.entry(partition).or_default();
+                let sk = match *n {
+                    0 => batch_id.to_owned(),
+                    n => format!("{batch_id}#{n}"),
+                };
+                *n += 1;
+                let mut item = items::key_item((partition.clone(), sk));
                 item.insert(items::ITEM_TYPE.to_owned(), items::s(ITEM_TYPE));
-                item.insert(
-                    FACTS.to_owned(),
-                    AttributeValue::Ss(facts.iter().cloned().collect()),
-                );
+                let listed = chunk.into_iter().cloned().collect();
+                item.insert(FACTS.to_owned(), AttributeValue::Ss(listed));
                 item
             })
             .collect()
@@ -288,6 +314,27 @@ mod tests {
                 .iter()
                 .all(|i| i.get("sk") == Some(&items::s("evt-0001")))
         );
+    }
+
+    #[test]
+    fn a_partition_of_more_records_than_an_item_holds_is_split_and_nothing_is_lost() {
+        let mut log = RecordLog::default();
+        for i in 0..MAX_FACTS_PER_ITEM + 1 {
+            let image = record("collections", &format!("c{i:05}"), 1_796_428_800, None);
+            log.add("INSERT", &image, 0);
+        }
+        let items = log.items("backfill");
+        let keys: Vec<String> = items
+            .iter()
+            .map(|i| match i.get("sk") {
+                Some(AttributeValue::S(sk)) => sk.clone(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(keys, ["backfill", "backfill#1"]);
+        let listed: BTreeSet<&str> = items.iter().flat_map(facts_of).collect();
+        assert_eq!(listed.len(), MAX_FACTS_PER_ITEM + 1);
+        assert_eq!(log.len(), MAX_FACTS_PER_ITEM + 1);
     }
 
     #[test]

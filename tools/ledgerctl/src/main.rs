@@ -10,7 +10,7 @@
 //!   `runbook.rs`).
 //! - `ledger show`: an account's accounting sub-ledger (`ledger.rs`).
 //! - `send`, `close`, `quarantine redrive`, `dlq redrive`, `outbox republish`, `open backfill`,
-//!   `ledger close`, `ledger backfill`: change things;
+//!   `log backfill`, `ledger close`, `ledger backfill`: change things;
 //!   each has `--dry-run`.
 //!
 //! Exit status: 0 when the command did what it says and its invariant holds, 1 when not (or
@@ -90,6 +90,9 @@ enum Command {
     /// The open index (what the daily run reads): backfill items written before it.
     #[command(subcommand)]
     Open(ops::OpenCommand),
+    /// The record log (what a window's reconciliation reads): list records written before it.
+    #[command(subcommand)]
+    Log(ops::LogCommand),
     /// The accounting sub-ledger: an account's entries, closing periods, backfilling.
     #[command(subcommand)]
     Ledger(ledger::LedgerCommand),
@@ -148,6 +151,7 @@ fn main() -> ExitCode {
         Command::Send(args) => ops::send(&args, target),
         Command::Close(args) => ops::close(&args, target),
         Command::Open(command) => ops::open(&command, target),
+        Command::Log(command) => ops::log(&command, target),
         Command::Ledger(command) => ledger::ledger(&command, json, target),
     };
     match outcome {

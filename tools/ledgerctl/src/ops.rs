@@ -67,6 +67,21 @@ pub enum OpenCommand {
     },
 }
 
+#[derive(Debug, clap::Subcommand)]
+pub enum LogCommand {
+    /// Once, after deploying the record log (issue #33): list every fact's record written
+    /// before it, which the window's and the money's reconciliation would otherwise never
+    /// read. Reads the whole table (a one-off); harmless to repeat. Run it once the relay runs
+    /// the new code.
+    Backfill {
+        /// Count what would be listed; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        change: Change,
+    },
+}
+
 /// `send`
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {
@@ -268,6 +283,30 @@ pub fn close(args: &CloseArgs, target: &Target) -> anyhow::Result<bool> {
         }
         println!("{} (by {operator})", close.line());
         Ok(true)
+    })
+}
+
+pub fn log(command: &LogCommand, target: &Target) -> anyhow::Result<bool> {
+    let LogCommand::Backfill { dry_run, change } = command;
+    runtime()?.block_on(async {
+        let target = target.resolve(None).await?;
+        let operator = target.authorize(change, *dry_run).await?;
+        let store = servicing_store::ServicingStore::new(
+            target.dynamodb(),
+            servicing_store::StoreConfig::new(&target.table, "ledgerctl"),
+        );
+        let done = servicing_ops::backfill::record_log(&store, *dry_run).await?;
+        println!(
+            "facts' records: {} to list, {} that do not decode (not listed); {} (by {operator})",
+            done.records,
+            done.undecodable,
+            if *dry_run {
+                "dry run: nothing written".to_owned()
+            } else {
+                format!("{} log items written", done.items)
+            }
+        );
+        Ok(done.undecodable == 0)
     })
 }
 
