@@ -4,7 +4,7 @@
 //! window, never with the table's history.
 //!
 //! The log is as complete as the relay is current: a record is listed once the relay has taken
-//! its stream record (seconds; the relay's `IteratorAge` alarm says when it is behind), so a
+//! its stream record (seconds; `RelayIteratorAgeAlarm` says when it is behind), so a
 //! window is reconciled once it has closed (the reconciler's window ends at its start).
 
 use std::collections::{BTreeSet, HashMap};

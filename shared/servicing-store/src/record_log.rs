@@ -10,11 +10,12 @@
 //!   not decode goes under its `claimedAt` date, so the reader still meets it and says so);
 //!
 //! each keyed `<the stream eventID of the first record of the batch that wrote it>` and holding
-//! `facts` (SS): the records' `<sourceSystem>#<sourceEventId>`. A batch delivered again writes
-//! the same items (bisected, items overlapping them): a reader takes the union and reads each
-//! record by key, so the log is a set that is never wrong for being written twice.
+//! `facts` (SS): the records' `<sourceSystem>#<sourceEventId>`, added by set union (`ADD`). A
+//! batch delivered again, whole or in part, adds to the same items or to overlapping ones: a
+//! reader takes the union and reads each record by key, so the log is a set that is never
+//! wrong for being written twice.
 //!
-//! Cost: one `PutItem` per (partition, batch), written off the hot path; ~40 bytes per fact,
+//! Cost: one `UpdateItem` per (partition, batch), written off the hot path; ~40 bytes per fact,
 //! so a full relay batch of 100 facts writes ~4 KB (4 WCU), 0.04 WCU per fact
 //! (`docs/benchmarks.md`).
 
@@ -115,17 +116,8 @@ impl RecordLog {
         if consumer != MONEY_CONSUMER {
             return;
         }
-        match OutboxEvent::decode(outbox) {
-            Ok(events) => {
-                for date in events.iter().filter_map(money_date) {
-                    self.insert(money_partition(date), fact);
-                }
-            }
-            Err(_) => {
-                if let Some(date) = DateTime::from_timestamp(claimed_at, 0) {
-                    self.insert(money_partition(date.date_naive()), fact);
-                }
-            }
+        for date in money_dates(outbox, claimed_at) {
+            self.insert(money_partition(date), fact);
         }
     }
 
@@ -179,17 +171,31 @@ impl RecordLog {
     }
 }
 
-/// The business date a money event is totalled under: its `occurredAt`'s UTC date.
-fn money_date(event: &OutboxEvent) -> Option<NaiveDate> {
+/// The business dates a record's money events are totalled under (each `PaymentApplied` or
+/// `PaymentReversed`'s `occurredAt`, its UTC date), for the writer and the reader alike. An
+/// event whose time does not parse, or events that do not decode, count under the date the
+/// record was claimed (`claimed_at`, epoch s): the date's read then meets the record and
+/// reports it, instead of no date listing it at all.
+pub fn money_dates(outbox: Option<&str>, claimed_at: i64) -> BTreeSet<NaiveDate> {
+    let claimed_on = DateTime::from_timestamp(claimed_at, 0).map(|t| t.date_naive());
+    let Ok(events) = OutboxEvent::decode(outbox) else {
+        return claimed_on.into_iter().collect();
+    };
     let money = [
         detail_types::PAYMENT_APPLIED,
         detail_types::PAYMENT_REVERSED,
     ];
-    if !money.contains(&event.detail_type.as_str()) {
-        return None;
-    }
-    servicing_domain::event::parse_timestamp(event.detail["occurredAt"].as_str()?)
-        .map(|t| t.date_naive())
+    events
+        .iter()
+        .filter(|event| money.contains(&event.detail_type.as_str()))
+        .filter_map(|event| {
+            event.detail["occurredAt"]
+                .as_str()
+                .and_then(servicing_domain::event::parse_timestamp)
+                .map(|t| t.date_naive())
+                .or(claimed_on)
+        })
+        .collect()
 }
 
 /// The records listed by a log partition's items: `<sourceSystem>#<sourceEventId>`.
@@ -203,18 +209,33 @@ pub fn facts_of(item: &Item) -> impl Iterator<Item = &str> {
 }
 
 impl ServicingStore {
-    /// Puts the log's items, one `PutItem` each (a batch's partitions are few: its hours and
-    /// its payments' dates). A failure leaves the batch to be delivered again.
+    /// Adds the log's records to its items, one `UpdateItem` each (a batch's partitions are
+    /// few: its hours and its payments' dates), by set union (`ADD`): a batch delivered again
+    /// in part (bisected, retried from a checkpoint) under the same first record never takes
+    /// away what the whole batch listed. A failure leaves the batch to be delivered again.
     pub async fn write_record_log(
         &self,
         log: &RecordLog,
         batch_id: &str,
     ) -> Result<(), StoreError> {
-        for item in log.items(batch_id) {
+        for mut item in log.items(batch_id) {
+            let (Some(pk), Some(sk), Some(facts)) = (
+                item.remove(items::PK),
+                item.remove(items::SK),
+                item.remove(FACTS),
+            ) else {
+                continue;
+            };
             self.client()
-                .put_item()
+                .update_item()
                 .table_name(self.table())
-                .set_item(Some(item))
+                .key(items::PK, pk)
+                .key(items::SK, sk)
+                .update_expression("SET #type = :type ADD #facts :facts")
+                .expression_attribute_names("#type", items::ITEM_TYPE)
+                .expression_attribute_names("#facts", FACTS)
+                .expression_attribute_values(":type", items::s(ITEM_TYPE))
+                .expression_attribute_values(":facts", facts)
                 .send()
                 .await
                 .map_err(classify)?;
