@@ -13,10 +13,11 @@ pub struct ReconcileArgs {
     /// The consumer whose claims are reconciled, e.g. `--consumer collections`.
     #[arg(long, default_value = "account-state", value_parser = clap::builder::PossibleValuesParser::new(["account-state", "collections"]))]
     consumer: String,
-    /// The window, ending now, in hours, e.g. `--hours 48`. With --money: the business dates
+    /// The window, ending now, in hours (at most 399 days: the record log and the quarantine
+    /// are read by hour and day), e.g. `--hours 48`. With --money: the business dates
     /// totalled are those on which the window's facts moved money (each date whole), and the
     /// settlement's.
-    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 3650))]
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 399))]
     hours: i64,
     /// The source stream (JSON Lines) to reconcile against, e.g. `--source prov-a-2026-11-02.jsonl`.
     #[arg(long, conflicts_with = "money", value_name = "FILE")]
