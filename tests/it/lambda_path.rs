@@ -186,17 +186,23 @@ struct DeployedServicing {
     bus: String,
 }
 
-/// The relay's stream filter as `template.yaml` declares it (its one `- Pattern: '…'` line), so
-/// the deployed-path tests cannot drift from what is deployed.
-fn relay_filter_pattern() -> String {
+/// The relay's stream filters as `template.yaml` declares them (its `- Pattern: '…'` lines:
+/// records carrying events, and every fact's record for the record log), so the deployed-path
+/// tests cannot drift from what is deployed.
+fn relay_filter_patterns() -> Vec<String> {
     let template = include_str!("../../template.yaml");
-    let patterns: Vec<&str> = template
+    let patterns: Vec<String> = template
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- Pattern: '"))
         .filter_map(|l| l.strip_suffix('\''))
+        .map(str::to_owned)
         .collect();
-    assert_eq!(patterns.len(), 1, "one stream filter in template.yaml");
-    patterns[0].to_owned()
+    assert_eq!(
+        patterns.len(),
+        2,
+        "the relay's two stream filters in template.yaml"
+    );
+    patterns
 }
 
 async fn deploy_servicing_path(servicing: &Servicing) -> DeployedServicing {
@@ -242,7 +248,12 @@ async fn deploy_servicing_path(servicing: &Servicing) -> DeployedServicing {
         .function_response_types(FunctionResponseType::ReportBatchItemFailures)
         .filter_criteria(
             FilterCriteria::builder()
-                .filters(Filter::builder().pattern(relay_filter_pattern()).build())
+                .set_filters(Some(
+                    relay_filter_patterns()
+                        .into_iter()
+                        .map(|p| Filter::builder().pattern(p).build())
+                        .collect(),
+                ))
                 .build(),
         )
         .send()
