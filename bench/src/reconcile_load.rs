@@ -401,25 +401,10 @@ async fn measure<F: std::future::Future<Output = Result<String, String>>>(
 }
 
 /// The record log of the day's records, as the relay keeps it from the stream (this table has
-/// none: DynamoDB Local's stream slows every write): the history's records are of past days,
-/// in partitions no window of today reads.
+/// none: DynamoDB Local's stream slows every write), listed by the one-off backfill: the
+/// history's records are of past days, in partitions no window of today reads.
 async fn log_the_day(servicing: &Servicing) {
-    let records = servicing_ops::scan_types(
-        &servicing.client,
-        &servicing.table,
-        &[servicing_store::schema::ClaimRecord::ITEM_TYPE],
-    )
-    .await
-    .expect("the day's records");
-    let mut log = servicing_store::record_log::RecordLog::default();
-    for item in records.into_values().flatten() {
-        let record: servicing_store::schema::ClaimRecord =
-            servicing_store::schema::from_item(item).expect("a record");
-        log.add_record(&record);
-    }
-    servicing
-        .store("outbox-relay")
-        .write_record_log(&log, "the-day")
+    servicing_ops::backfill::record_log(&servicing.store("ledgerctl"), false)
         .await
         .expect("the record log");
 }

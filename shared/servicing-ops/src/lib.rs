@@ -103,6 +103,26 @@ async fn scan_segment(
         .map_err(failed(format!("scan of {table} failed")))
 }
 
+/// Every item of the partition `pk`, read consistently, page after page.
+pub(crate) async fn query_partition(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    pk: &str,
+) -> anyhow::Result<Vec<Item>> {
+    client
+        .query()
+        .table_name(table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
+        .consistent_read(true)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(failed(format!("cannot query {pk}")))
+}
+
 /// Keys per `BatchGetItem` (DynamoDB's maximum).
 const BATCH_GET_KEYS: usize = 100;
 

@@ -15,7 +15,7 @@ use servicing_domain::SourceRef;
 use servicing_store::items;
 use servicing_store::record_log::{self, MONEY_CONSUMER};
 
-use crate::{Item, batch_get, epoch_seconds, failed};
+use crate::{Item, batch_get, epoch_seconds, query_partition};
 
 /// The most hours one read of the log covers (400 days, as the quarantine's days).
 pub const MAX_HOURS: i64 = 400 * 24;
@@ -69,18 +69,7 @@ async fn listed(
 ) -> anyhow::Result<Vec<Item>> {
     let mut facts: BTreeSet<String> = BTreeSet::new();
     for partition in partitions {
-        let entries: Vec<Item> = client
-            .query()
-            .table_name(table)
-            .key_condition_expression("pk = :pk")
-            .expression_attribute_values(":pk", AttributeValue::S(partition.clone()))
-            .consistent_read(true)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .map_err(failed(format!("cannot query {partition}")))?;
+        let entries = query_partition(client, table, &partition).await?;
         for entry in &entries {
             facts.extend(record_log::facts_of(entry).map(str::to_owned));
         }

@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 use servicing_domain::outbox::detail_types;
 use servicing_store::items::{self, action_key, claim_key, collections_action_id, key_item};
@@ -15,7 +14,7 @@ use servicing_store::open::OpenKind;
 use servicing_store::schema::{self, ActionItem, ClaimRecord, QuarantineRecord};
 use servicing_store::{ServicingStore, StoreConfig};
 
-use crate::{Item, batch_get, failed};
+use crate::{Item, batch_get};
 
 /// `(sourceSystem, sourceEventId)`.
 pub type Identity = (String, String);
@@ -86,18 +85,7 @@ pub async fn read(
     if !wanted.quarantined_messages.is_empty() {
         for day in days(wanted.from, wanted.to) {
             let pk = format!("QUARANTINE#{}#{day}", wanted.consumer);
-            let items: Vec<Item> = client
-                .query()
-                .table_name(table)
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
-                .consistent_read(true)
-                .into_paginator()
-                .items()
-                .send()
-                .try_collect()
-                .await
-                .map_err(failed(format!("cannot query {pk}")))?;
+            let items = crate::query_partition(client, table, &pk).await?;
             stored.queries.push(format!("Query {table}: pk = {pk}"));
             for item in items {
                 let record: QuarantineRecord = schema::from_item(item)

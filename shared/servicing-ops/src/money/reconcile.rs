@@ -17,35 +17,7 @@ use super::{
     Grace, MoneyReconciliation, NotApplied, Settlement, StuckAction, SuspectedDuplicate, Totals,
     minor,
 };
-use servicing_store::record_log::MONEY_CONSUMER;
-
-/// The business dates on which `claim`'s fact moved money (its `PaymentApplied` or
-/// `PaymentReversed`), or, when its events do not decode, the date it was claimed (the record
-/// log lists it there, so the date's read meets it and reports it).
-fn money_dates(claim: &ClaimRecord) -> Vec<chrono::NaiveDate> {
-    let claimed_on = || {
-        chrono::DateTime::from_timestamp(claim.claimed_at, 0)
-            .map(|t| t.date_naive())
-            .into_iter()
-            .collect()
-    };
-    let Ok(events) = claim.events() else {
-        return claimed_on();
-    };
-    events
-        .iter()
-        .filter(|e| {
-            [
-                detail_types::PAYMENT_APPLIED,
-                detail_types::PAYMENT_REVERSED,
-            ]
-            .contains(&e.detail_type.as_str())
-        })
-        .filter_map(|e| e.detail["occurredAt"].as_str())
-        .filter_map(servicing_domain::event::parse_timestamp)
-        .map(|t| t.date_naive())
-        .collect()
-}
+use servicing_store::record_log::{MONEY_CONSUMER, money_dates};
 
 /// Reconciles the money of `table` at `now` (epoch s): API payments accepted longer than the
 /// grace ago must be applied, actions unsettled past theirs are stuck, ready parked facts must
@@ -69,7 +41,9 @@ pub async fn reconcile_money(
     // reads the same records, reports it.
     for item in window_records {
         if let Ok(claim) = schema::from_item::<ClaimRecord>(item) {
-            report.dates.extend(money_dates(&claim));
+            report
+                .dates
+                .extend(money_dates(claim.outbox.as_deref(), claim.claimed_at));
         }
     }
     let mut claims: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
