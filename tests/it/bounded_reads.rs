@@ -22,6 +22,7 @@ on_both_engines!(
     when_api_payments_are_checked_should_read_only_the_unconfirmed_ones,
     when_items_predate_the_open_index_should_backfill_them_once,
     when_a_window_is_reconciled_should_read_its_records_through_the_record_log,
+    when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_touched,
 );
 
 /// The requests of a recorded run, as `(action, key)`.
@@ -615,4 +616,175 @@ async fn when_a_window_is_reconciled_should_read_its_records_through_the_record_
         history.is_empty(),
         "{engine:?}: past days' records read: {history:?}"
     );
+}
+
+/// Copies `account`'s ledger partition (its entries and balances) to `acc_hist_<n>`, as if
+/// posted `days_ago` days ago: each entry's processing and effective times moved back.
+async fn past_ledgers(servicing: &Servicing, account: &str, n: usize, days_ago: i64) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let id = servicing_domain::AccountId::parse(account).expect("id");
+    let (pk, _) = servicing_store::journal::sub_ledger_key(&id);
+    let partition = servicing
+        .client
+        .query()
+        .table_name(&servicing.table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", AttributeValue::S(pk))
+        .send()
+        .await
+        .expect("the ledger partition")
+        .items
+        .unwrap_or_default();
+    let back = |at: &str| {
+        (chrono::DateTime::parse_from_rfc3339(at).expect("a time")
+            - chrono::Duration::days(days_ago))
+        .to_rfc3339()
+    };
+    for i in 0..n {
+        let hist = format!("acc_hist_{i:03}");
+        for original in &partition {
+            let mut item = original.clone();
+            item.insert("pk".into(), AttributeValue::S(format!("LEDGER#{hist}")));
+            item.insert("accountId".into(), AttributeValue::S(hist.clone()));
+            if let Some(AttributeValue::S(posting)) = item.get("posting") {
+                let mut posting: serde_json::Value =
+                    serde_json::from_str(posting).expect("a posting");
+                posting["accountId"] = hist.clone().into();
+                for time in ["processedAt", "effectiveAt"] {
+                    posting[time] = back(posting[time].as_str().expect("a time")).into();
+                }
+                item.insert("posting".into(), AttributeValue::S(posting.to_string()));
+            }
+            if let Some(AttributeValue::N(at)) = item.get("postedAt") {
+                let at: i64 = at.parse().expect("postedAt");
+                item.insert(
+                    "postedAt".into(),
+                    AttributeValue::N((at - days_ago * 86_400).to_string()),
+                );
+            }
+            servicing
+                .client
+                .put_item()
+                .table_name(&servicing.table)
+                .set_item(Some(item))
+                .send()
+                .await
+                .expect("a past ledger item");
+        }
+    }
+}
+
+/// The ledger's leg reads the accounts the window touched — servicing's facts, the ledger's
+/// own writes, the cash of the dates totalled — each account's ledger whole: no scan, and no
+/// other account's ledger, however many there are. An account only the ledger touched (its
+/// balances changed by hand) is read and named.
+async fn when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_touched(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    for i in 0..3 {
+        let a = format!("acc_day_{i}");
+        process(
+            &handler,
+            &[
+                (&format!("{a}-o"), open(&a)),
+                (&format!("{a}-p"), pay(&a, &format!("{a}-pay"), 20, 1_000)),
+            ],
+        )
+        .await;
+    }
+    let ledger = crate::ledger::ledger_handler(&servicing);
+    let envelopes = crate::ledger::published(&servicing).await;
+    crate::ledger::post_all(
+        std::slice::from_ref(&ledger),
+        &envelopes,
+        &mut integration_tests::Rng(7),
+        "day",
+    )
+    .await;
+    past_ledgers(&servicing, "acc_day_0", 20, 3).await;
+    let store = servicing.store("ledgerctl");
+    let listed = servicing_ops::backfill::record_log(&store, false)
+        .await
+        .expect("backfill");
+    assert_eq!(listed.undecodable, 0, "{engine:?}");
+
+    let reconciled = |client: aws_sdk_dynamodb::Client| {
+        let table = servicing.table.clone();
+        async move {
+            let now = servicing_ops::epoch_seconds();
+            let money = servicing_ops::money::reconcile_money(
+                &client,
+                &table,
+                &[],
+                (now - 3_600, now + 1),
+                now,
+                servicing_ops::money::Grace::default(),
+            )
+            .await
+            .expect("money");
+            servicing_ops::ledger::reconcile_ledger(&client, &table, &money, now, 0)
+                .await
+                .expect("ledger")
+        }
+    };
+    let plan = FaultPlan::default();
+    let report = reconciled(plan.client(&servicing.client)).await;
+    assert!(report.holds(), "{engine:?}: {:?}", report.lines());
+    assert_eq!(
+        (report.accounts, report.sub_ledgers),
+        (3, 3),
+        "{engine:?}: {:?}",
+        report.lines()
+    );
+    let access = plan.access();
+    assert!(
+        scans(&access).is_empty(),
+        "{engine:?}: {:?}",
+        scans(&access)
+    );
+    let history: Vec<&(String, String)> = access
+        .iter()
+        .filter(|(_, key)| key.contains("acc_hist"))
+        .collect();
+    assert!(
+        history.is_empty(),
+        "{engine:?}: past accounts' ledgers read: {history:?}"
+    );
+
+    // A past account's balances changed by hand now: the relay lists the write under this
+    // hour, and the ledger's leg reads that account and names it.
+    let hist = servicing_domain::AccountId::parse("acc_hist_007").expect("id");
+    let mut balances = store
+        .sub_ledger(&hist)
+        .await
+        .expect("read")
+        .expect("balances");
+    *balances.balances.values_mut().next().expect("a balance") += 1;
+    balances.posted_at = servicing_ops::epoch_seconds();
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .set_item(Some(
+            servicing_store::schema::to_item(&balances).expect("item"),
+        ))
+        .send()
+        .await
+        .expect("tampered");
+    let mut log = servicing_store::record_log::RecordLog::default();
+    log.add_sub_ledger(&balances);
+    store
+        .write_record_log(&log, "tampered")
+        .await
+        .expect("listed");
+    let report = reconciled(servicing.client.clone()).await;
+    let text = report.lines().join("\n");
+    assert!(!report.holds(), "{engine:?}:\n{text}");
+    assert!(
+        text.contains("sub-ledger acc_hist_007: stored balances"),
+        "{engine:?}:\n{text}"
+    );
+    assert_eq!(report.accounts, 4, "{engine:?}:\n{text}");
 }

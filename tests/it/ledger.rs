@@ -31,7 +31,7 @@ on_both_engines!(
 const STREAMS: u64 = 4;
 
 /// The EventBridge envelope of each event servicing published (as the ledger's queue brings it).
-async fn published(servicing: &Servicing) -> Vec<String> {
+pub(crate) async fn published(servicing: &Servicing) -> Vec<String> {
     servicing
         .outbox_records()
         .await
@@ -69,13 +69,13 @@ async fn serviced(servicing: &Servicing, bodies: &[String]) {
     panic!("account-state kept retrying");
 }
 
-fn ledger_handler(servicing: &Servicing) -> LedgerPostingsHandler {
+pub(crate) fn ledger_handler(servicing: &Servicing) -> LedgerPostingsHandler {
     LedgerPostingsHandler::new(servicing.store(CONSUMER))
 }
 
 /// Delivers `envelopes` in random batches of up to 10 to random `instances`, redelivering what
 /// they ask to retry; the results of the last delivery of each message.
-async fn post_all(
+pub(crate) async fn post_all(
     instances: &[LedgerPostingsHandler],
     envelopes: &[String],
     rng: &mut Rng,

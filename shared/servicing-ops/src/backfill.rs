@@ -8,6 +8,7 @@
 
 use servicing_store::ServicingStore;
 use servicing_store::items;
+use servicing_store::journal::{EntryRecord, SubLedgerRecord};
 use servicing_store::open::{OPEN_SHARD, OpenKind};
 use servicing_store::record_log::RecordLog;
 use servicing_store::schema::{self, ActionItem, ClaimRecord, IdempotencyRecord};
@@ -99,6 +100,8 @@ pub async fn open_index(store: &ServicingStore, dry_run: bool) -> anyhow::Result
 pub struct LoggedBefore {
     /// Facts' records listed (unexpired: an expired one is gone to every count).
     pub records: u64,
+    /// Journal entries and account balances listed (the ledger's partitions).
+    pub ledger_items: u64,
     /// Records that do not decode: not listed (`ledgerctl reconcile --source` names them).
     pub undecodable: u64,
     /// Log items written (none in a dry run).
@@ -106,19 +109,50 @@ pub struct LoggedBefore {
 }
 
 /// The one-off after the deploy that introduced the record log (issue #33): the window's and
-/// the money's reconciliation read the records it lists, and the relay lists only what it
-/// relays from then on. Reads every record once (an explicit, separate full read) and lists it
-/// by its claimed hour and its money's dates, keyed `backfill`: running it again writes the
-/// same items (or, with more records, items listing more), never fewer.
+/// the money's reconciliation read the records and ledger accounts it lists, and the relay
+/// lists only what it relays from then on. Reads every record, journal entry and account
+/// balances once (an explicit, separate full read) and lists each by its hour and its money's
+/// dates, keyed `backfill`: running it again writes the same items (or, with more records,
+/// items listing more), never fewer.
 pub async fn record_log(store: &ServicingStore, dry_run: bool) -> anyhow::Result<LoggedBefore> {
-    let mut by_type = scan_types(store.client(), store.table(), &[ClaimRecord::ITEM_TYPE]).await?;
+    let types = [
+        ClaimRecord::ITEM_TYPE,
+        EntryRecord::ITEM_TYPE,
+        SubLedgerRecord::ITEM_TYPE,
+    ];
+    let mut by_type = scan_types(store.client(), store.table(), &types).await?;
+    let mut take = |item_type: &str| by_type.remove(item_type).unwrap_or_default();
+    let (claims, entries, balances) = (
+        take(ClaimRecord::ITEM_TYPE),
+        take(EntryRecord::ITEM_TYPE),
+        take(SubLedgerRecord::ITEM_TYPE),
+    );
     let mut done = LoggedBefore::default();
     let mut log = RecordLog::default();
-    for item in by_type.remove(ClaimRecord::ITEM_TYPE).unwrap_or_default() {
+    for item in claims {
         match schema::from_item::<ClaimRecord>(item) {
             Ok(record) => {
                 log.add_record(&record);
                 done.records += 1;
+            }
+            Err(_) => done.undecodable += 1,
+        }
+    }
+    let now = crate::epoch_seconds();
+    for item in entries {
+        match schema::from_item::<EntryRecord>(item) {
+            Ok(entry) => {
+                log.add_entry(&entry, now);
+                done.ledger_items += 1;
+            }
+            Err(_) => done.undecodable += 1,
+        }
+    }
+    for item in balances {
+        match schema::from_item::<SubLedgerRecord>(item) {
+            Ok(record) => {
+                log.add_sub_ledger(&record);
+                done.ledger_items += 1;
             }
             Err(_) => done.undecodable += 1,
         }

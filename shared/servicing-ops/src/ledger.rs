@@ -5,7 +5,7 @@
 //!   independent number), and every entry balances;
 //! - every opened account's sub-ledger equals its servicing balances (`SubLedger::differences`):
 //!   principal, interest and fees receivable, customer credit, suspense at zero;
-//! - the trial balance (debits less credits over every sub-ledger) is zero per currency;
+//! - the trial balance (debits less credits over the sub-ledgers read) is zero per currency;
 //! - every reversal's entry is the exact opposite of the payment's entry it names;
 //! - the cash the ledger took in and gave back per source system, currency and business date
 //!   equals servicing's applied payments and reversals for the same key (which the money
@@ -14,19 +14,26 @@
 //!
 //! Postings follow servicing by seconds (relay, bus, queue): an account touched within the
 //! grace is listed as in flight, not as a problem, and so is a key one of whose accounts is
-//! (the scan is no snapshot: an account written during it may be read half before, half after). One scan pass (loans, sub-ledgers, entries): an audit's read, like the money
-//! totals it sits beside.
+//! (the reads are no snapshot: an account written during them may be read half before, half
+//! after).
+//!
+//! What it reads grows with the window, not with the ledger's history (issue #33): the
+//! accounts servicing or the ledger touched in the window, or whose cash falls on the dates
+//! the money reconciliation totalled (`read_accounts`), each account's ledger whole. Each day
+//! checks what changed that day; an account that did not change was checked when it did.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures_util::{StreamExt, TryStreamExt};
+use servicing_domain::AccountId;
 use servicing_domain::journal::{JournalEntry, LedgerAccount, SubLedger};
 use servicing_domain::outbox::detail_types;
 use servicing_store::items;
-use servicing_store::journal::{EntryRecord, SubLedgerRecord};
+use servicing_store::journal::{EntryRecord, SubLedgerRecord, sub_ledger_key};
 use servicing_store::schema;
 
+use crate::Item;
 use crate::money::{Key, MoneyReconciliation, Totals, minor};
-use crate::scan_types;
 
 /// What the ledger took in and gave back for one key.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,9 +46,11 @@ pub struct Posted {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LedgerReconciliation {
+    /// The accounts read (`read_accounts`): every figure below is theirs.
+    pub accounts: u64,
     pub sub_ledgers: u64,
     pub entries: u64,
-    /// Debits less credits over every sub-ledger, per currency: zero.
+    /// Debits less credits over the sub-ledgers read, per currency: zero.
     pub trial_balance: BTreeMap<String, i128>,
     /// Per key: servicing's applied payments and reversals, and what the ledger posted.
     pub by_key: BTreeMap<Key, (Totals, Posted)>,
@@ -62,7 +71,8 @@ impl LedgerReconciliation {
             .map(|(currency, total)| format!("{total} {currency}"))
             .collect();
         let mut out = vec![format!(
-            "ledger: {} sub-ledgers, {} entries, trial balance {}",
+            "ledger: {} accounts read, {} sub-ledgers, {} entries, trial balance {}",
+            self.accounts,
             self.sub_ledgers,
             self.entries,
             if balance.is_empty() {
@@ -104,6 +114,62 @@ impl LedgerReconciliation {
     }
 }
 
+/// The accounts the ledger's leg holds to servicing, each read whole (its loan by key, its
+/// ledger partition by one `Query`): those whose facts were claimed in the money
+/// reconciliation's window, those behind the totals of the dates it totalled, and — from the
+/// record log — those whose ledger was written in the window or holds a cash entry of those
+/// dates. An account none of these name was checked the day it last changed.
+async fn read_accounts(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    money: &MoneyReconciliation,
+    report: &mut LedgerReconciliation,
+) -> anyhow::Result<(Vec<Item>, Vec<Item>, Vec<Item>)> {
+    let mut accounts = money.window_accounts.clone();
+    for ((_, _, date), named) in &money.key_accounts {
+        if money.dates.contains(date) {
+            accounts.extend(named.iter().cloned());
+        }
+    }
+    accounts.extend(
+        crate::record_log::ledger_accounts(client, table, money.window, &money.dates).await?,
+    );
+    let mut ids = Vec::new();
+    for account in accounts {
+        match AccountId::parse(&account) {
+            Ok(id) => ids.push(id),
+            Err(e) => report
+                .problems
+                .push(format!("account {account:?} cannot be read: {e}")),
+        }
+    }
+    report.accounts = ids.len() as u64;
+    let loan_keys = ids
+        .iter()
+        .map(|id| items::key_item(items::loan_key(id)))
+        .collect();
+    let loans = crate::batch_get(client, table, loan_keys).await?;
+    let partitions: Vec<Vec<Item>> = futures_util::stream::iter(ids.iter().map(|id| {
+        let (pk, _) = sub_ledger_key(id);
+        async move { crate::query_partition(client, table, &pk).await }
+    }))
+    .buffer_unordered(ACCOUNTS_AT_ONCE)
+    .try_collect()
+    .await?;
+    let (mut sub_ledgers, mut entries) = (Vec::new(), Vec::new());
+    for item in partitions.into_iter().flatten() {
+        match items::string(&item, items::ITEM_TYPE) {
+            Some(SubLedgerRecord::ITEM_TYPE) => sub_ledgers.push(item),
+            Some(EntryRecord::ITEM_TYPE) => entries.push(item),
+            _ => {}
+        }
+    }
+    Ok((loans, sub_ledgers, entries))
+}
+
+/// Accounts' ledgers read at once.
+const ACCOUNTS_AT_ONCE: usize = 16;
+
 /// Reconciles the ledger of `table` with servicing (`money`: the money reconciliation, its
 /// totals by source, currency and date and the accounts behind each) at `now` (epoch s); an
 /// account touched less than `grace_secs` ago is in flight, and so is a key one of its
@@ -116,19 +182,8 @@ pub async fn reconcile_ledger(
     grace_secs: i64,
 ) -> anyhow::Result<LedgerReconciliation> {
     let servicing = &money.totals;
-    let mut found = scan_types(
-        client,
-        table,
-        &["LOAN", SubLedgerRecord::ITEM_TYPE, EntryRecord::ITEM_TYPE],
-    )
-    .await?;
     let mut report = LedgerReconciliation::default();
-    let mut take = |item_type: &str| found.remove(item_type).unwrap_or_default();
-    let (loans, sub_ledgers, entries) = (
-        take("LOAN"),
-        take(SubLedgerRecord::ITEM_TYPE),
-        take(EntryRecord::ITEM_TYPE),
-    );
+    let (loans, sub_ledgers, entries) = read_accounts(client, table, money, &mut report).await?;
 
     let mut stored: BTreeMap<String, SubLedgerRecord> = BTreeMap::new();
     for item in sub_ledgers {
@@ -145,8 +200,8 @@ pub async fn reconcile_ledger(
     let mut summed: BTreeMap<String, SubLedger> = BTreeMap::new();
     let mut posted: BTreeMap<Key, Posted> = BTreeMap::new();
     let mut key_accounts: BTreeMap<Key, BTreeSet<String>> = money.key_accounts.clone();
-    // Touched within the grace (a sub-ledger, an entry or a loan written then): the scan is no
-    // snapshot, so such an account's items may have been read on either side of a write.
+    // Touched within the grace (a sub-ledger, an entry or a loan written then): the reads are
+    // no snapshot, so such an account's items may have been read on either side of a write.
     let mut in_flight: BTreeSet<String> = BTreeSet::new();
     // Payments' and reversals' entries by id: a reversal's is held to the payment's it names.
     let mut by_id: BTreeMap<String, JournalEntry> = BTreeMap::new();

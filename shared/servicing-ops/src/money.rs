@@ -145,6 +145,11 @@ pub struct MoneyReconciliation {
     /// The business dates totalled: every one on which the window's facts moved money, and the
     /// settlement's. Each is complete (all its payments, whenever applied); others are not read.
     pub dates: std::collections::BTreeSet<NaiveDate>,
+    /// The window reconciled (epoch s, `[from, to)`).
+    pub window: (i64, i64),
+    /// The accounts whose facts were claimed in the window: servicing moved their balances,
+    /// so the ledger's leg holds their sub-ledgers to them.
+    pub window_accounts: std::collections::BTreeSet<String>,
     /// The accounts behind each key's totals (the ledger's leg names a key in flight by them).
     pub key_accounts: BTreeMap<Key, std::collections::BTreeSet<String>>,
     pub suspected_duplicates: Vec<SuspectedDuplicate>,

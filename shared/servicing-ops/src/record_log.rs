@@ -31,19 +31,49 @@ pub async fn claimed_in(
     consumer: &str,
     (from, to): (i64, i64),
 ) -> anyhow::Result<Vec<Item>> {
-    if to <= from {
-        return Ok(Vec::new());
-    }
+    let partitions = hours_of((from, to))?
+        .filter_map(|hour| record_log::claimed_partition(consumer, hour))
+        .collect();
+    listed(client, table, consumer, partitions).await
+}
+
+/// The start (epoch s) of each UTC hour `[from, to)` meets, at most [`MAX_HOURS`].
+fn hours_of((from, to): (i64, i64)) -> anyhow::Result<impl Iterator<Item = i64>> {
     let first_hour = from.div_euclid(3600);
-    let hours = (to - 1).div_euclid(3600) - first_hour + 1;
+    let hours = if to <= from {
+        0
+    } else {
+        (to - 1).div_euclid(3600) - first_hour + 1
+    };
     anyhow::ensure!(
         hours <= MAX_HOURS,
         "{hours} hours of records asked for; at most {MAX_HOURS}"
     );
-    let partitions = (first_hour..first_hour + hours)
-        .filter_map(|hour| record_log::claimed_partition(consumer, hour * 3600))
-        .collect();
-    listed(client, table, consumer, partitions).await
+    Ok((first_hour..first_hour + hours).map(|hour| hour * 3600))
+}
+
+/// The accounts whose ledger (an entry, the balances) was written in `[from, to)` (epoch s),
+/// and those holding a payment's or reversal's entry dated one of `dates`.
+pub async fn ledger_accounts(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    window: (i64, i64),
+    dates: &BTreeSet<NaiveDate>,
+) -> anyhow::Result<BTreeSet<String>> {
+    let partitions = hours_of(window)?
+        .filter_map(record_log::ledger_hour_partition)
+        .chain(
+            dates
+                .iter()
+                .map(|date| record_log::ledger_date_partition(*date)),
+        );
+    let mut accounts = BTreeSet::new();
+    for partition in partitions {
+        for entry in query_partition(client, table, &partition).await? {
+            accounts.extend(record_log::facts_of(&entry).map(str::to_owned));
+        }
+    }
+    Ok(accounts)
 }
 
 /// The records whose money events (`PaymentApplied`, `PaymentReversed`) fall on `dates`, with

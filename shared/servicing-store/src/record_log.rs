@@ -8,9 +8,15 @@
 //! - `LOG#MONEY#<yyyy-mm-dd>` (the UTC date of a `PaymentApplied` or `PaymentReversed`'s
 //!   `occurredAt`, the date the money reconciliation totals it under; a record whose events do
 //!   not decode goes under its `claimedAt` date, so the reader still meets it and says so);
+//! - the ledger's (`ledger-postings`), whose entries are their own claims:
+//!   `LOG#LEDGER#HOUR#<yyyy-mm-ddThh>` (the hour an account's entry or balances were written)
+//!   and `LOG#LEDGER#DATE#<yyyy-mm-dd>` (the UTC date of a payment's or reversal's entry's
+//!   effective time, the date the ledger's cash is compared under; an entry that does not
+//!   decode goes under the date it was written);
 //!
 //! each keyed `<the stream eventID of the first record of the batch that wrote it>` and holding
-//! `facts` (SS): the records' `<sourceSystem>#<sourceEventId>`, added by set union (`ADD`). A
+//! `facts` (SS): the records' `<sourceSystem>#<sourceEventId>`, or for the ledger's partitions
+//! the accounts' ids (the reader reads an account's ledger whole), added by set union (`ADD`). A
 //! batch delivered again, whole or in part, adds to the same items or to overlapping ones: a
 //! reader takes the union and reads each record by key, so the log is a set that is never
 //! wrong for being written twice.
@@ -26,6 +32,7 @@ use chrono::{DateTime, NaiveDate};
 use servicing_domain::outbox::detail_types;
 
 use crate::items::{self, Item};
+use crate::journal::{EntryRecord, SubLedgerRecord};
 use crate::schema::{ClaimRecord, OutboxEvent};
 use crate::{ServicingStore, StoreError, classify};
 
@@ -54,6 +61,35 @@ pub fn money_partition(date: NaiveDate) -> String {
     format!("LOG#MONEY#{date}")
 }
 
+/// The partition listing the accounts whose ledger was written in the UTC hour of
+/// `written_at` (epoch s).
+pub fn ledger_hour_partition(written_at: i64) -> Option<String> {
+    let hour = DateTime::from_timestamp(written_at, 0)?;
+    Some(format!("LOG#LEDGER#HOUR#{}", hour.format("%Y-%m-%dT%H")))
+}
+
+/// The partition listing the accounts with a payment's or reversal's entry of `date`.
+pub fn ledger_date_partition(date: NaiveDate) -> String {
+    format!("LOG#LEDGER#DATE#{date}")
+}
+
+/// The date an entry's cash is compared under (its effective time's UTC date, as the ledger's
+/// reconciliation keys it), `None` for an entry that moves no cash; an entry that does not
+/// decode counts under `written_at`'s date (epoch s), where the reader meets it and reports it.
+pub fn ledger_cash_date(posting: Option<&str>, written_at: i64) -> Option<NaiveDate> {
+    let written_on = DateTime::from_timestamp(written_at, 0).map(|t| t.date_naive());
+    let Some(Ok(posting)) = posting.map(serde_json::from_str::<servicing_domain::journal::Posting>)
+    else {
+        return written_on;
+    };
+    let entry = &posting.entry;
+    matches!(
+        entry.event_type.as_str(),
+        detail_types::PAYMENT_APPLIED | detail_types::PAYMENT_REVERSED
+    )
+    .then(|| entry.effective_at.date_naive())
+}
+
 /// The log entries of one stream batch, by partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordLog {
@@ -75,9 +111,28 @@ impl RecordLog {
     /// it is a fact's record. The hour comes from its `claimedAt`, else from `written_at` (the
     /// stream's own time, epoch s): a record that does not decode is listed all the same, so
     /// the reader meets it and reports it.
+    ///
+    /// The ledger's items (an entry, an account's balances) list their account under the hour
+    /// they were written (`written_at`: a balance changed by hand is listed too), and an entry
+    /// that moves cash under its date.
     pub fn add(&mut self, event_name: &str, image: &StreamImage, written_at: i64) {
-        let is_record = matches!(event_name, "INSERT" | "MODIFY")
-            && text(image, items::ITEM_TYPE) == Some(ClaimRecord::ITEM_TYPE);
+        if !matches!(event_name, "INSERT" | "MODIFY") {
+            return;
+        }
+        match text(image, items::ITEM_TYPE) {
+            Some(ClaimRecord::ITEM_TYPE) => self.add_claim(image, written_at),
+            Some(EntryRecord::ITEM_TYPE | SubLedgerRecord::ITEM_TYPE) => {
+                if let Some(account) = text(image, "accountId") {
+                    let entry = (text(image, items::ITEM_TYPE) == Some(EntryRecord::ITEM_TYPE))
+                        .then(|| text(image, "posting"));
+                    self.list_ledger(account, written_at, entry);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn add_claim(&mut self, image: &StreamImage, written_at: i64) {
         let (Some(consumer), Some(system), Some(event_id)) = (
             text(image, "consumer"),
             text(image, items::SOURCE_SYSTEM),
@@ -85,9 +140,6 @@ impl RecordLog {
         ) else {
             return;
         };
-        if !is_record {
-            return;
-        }
         let claimed_at = match image.get("claimedAt") {
             Some(serde_dynamo::AttributeValue::N(n)) => n.parse().unwrap_or(written_at),
             _ => written_at,
@@ -107,6 +159,32 @@ impl RecordLog {
         let fact = format!("{}#{}", record.source_system, record.source_event_id);
         let outbox = record.outbox.as_deref();
         self.list(&record.consumer, &fact, record.claimed_at, outbox);
+    }
+
+    /// Adds a journal entry read from the table (a one-off listing), under the hour it was
+    /// processed; one that does not decode under `listed_at` (epoch s), for the next
+    /// reconciliation to meet and report.
+    pub fn add_entry(&mut self, entry: &EntryRecord, listed_at: i64) {
+        let written_at = entry
+            .posting()
+            .map_or(listed_at, |posting| posting.processed_at.timestamp());
+        self.list_ledger(&entry.account_id, written_at, Some(Some(&entry.posting)));
+    }
+
+    /// Adds an account's balances read from the table (a one-off listing), under the hour of
+    /// its last posting.
+    pub fn add_sub_ledger(&mut self, balances: &SubLedgerRecord) {
+        self.list_ledger(&balances.account_id, balances.posted_at, None);
+    }
+
+    /// `entry`: `Some(its posting)` for an entry, `None` for balances.
+    fn list_ledger(&mut self, account: &str, written_at: i64, entry: Option<Option<&str>>) {
+        if let Some(partition) = ledger_hour_partition(written_at) {
+            self.insert(partition, account);
+        }
+        if let Some(date) = entry.and_then(|posting| ledger_cash_date(posting, written_at)) {
+            self.insert(ledger_date_partition(date), account);
+        }
     }
 
     fn list(&mut self, consumer: &str, fact: &str, claimed_at: i64, outbox: Option<&str>) {
@@ -356,6 +434,57 @@ mod tests {
         let listed: BTreeSet<&str> = items.iter().flat_map(facts_of).collect();
         assert_eq!(listed.len(), MAX_FACTS_PER_ITEM + 1);
         assert_eq!(log.len(), MAX_FACTS_PER_ITEM + 1);
+    }
+
+    fn ledger_item(item_type: &str, posting: Option<&str>) -> StreamImage {
+        let mut image = HashMap::from([
+            ("itemType".to_owned(), A::S(item_type.into())),
+            ("accountId".to_owned(), A::S("acc_1".into())),
+        ]);
+        if let Some(posting) = posting {
+            image.insert("posting".to_owned(), A::S(posting.into()));
+        }
+        image
+    }
+
+    fn posting(event_type: &str, effective_at: &str) -> String {
+        serde_json::json!({"entryId": "e1", "accountId": "acc_1", "eventType": event_type,
+            "currency": "EUR", "effectiveAt": effective_at,
+            "trigger": {"system": "psp", "eventId": "p1"}, "transfers": [],
+            "processedAt": "2026-12-05T00:00:01Z", "postingDate": "2026-12-05"})
+        .to_string()
+    }
+
+    #[test]
+    fn the_ledgers_writes_list_their_account_by_the_hour_written_and_cash_entries_by_their_date() {
+        let mut log = RecordLog::default();
+        let at = 1_796_428_800; // 2026-12-05T00:00:00Z
+        let paid = posting("PaymentApplied", "2026-12-01T23:30:00-02:00");
+        log.add("INSERT", &ledger_item("JOURNAL_ENTRY", Some(&paid)), at);
+        let fee = posting("FeeAssessed", "2026-11-30T10:00:00Z");
+        log.add("INSERT", &ledger_item("JOURNAL_ENTRY", Some(&fee)), at);
+        // Balances changed by hand at 01:00: listed under that hour.
+        log.add("MODIFY", &ledger_item("SUB_LEDGER", None), at + 3_600);
+        log.add("REMOVE", &ledger_item("SUB_LEDGER", None), at + 7_200);
+        assert_eq!(
+            partitions(&log),
+            vec![
+                ("LOG#LEDGER#DATE#2026-12-02".into(), vec!["acc_1".into()]),
+                ("LOG#LEDGER#HOUR#2026-12-05T00".into(), vec!["acc_1".into()]),
+                ("LOG#LEDGER#HOUR#2026-12-05T01".into(), vec!["acc_1".into()]),
+            ]
+        );
+        // An entry that does not decode: under the date it was written, for the reader.
+        let mut broken = RecordLog::default();
+        broken.add(
+            "INSERT",
+            &ledger_item("JOURNAL_ENTRY", Some("not json")),
+            at,
+        );
+        assert!(
+            partitions(&broken)
+                .contains(&("LOG#LEDGER#DATE#2026-12-05".into(), vec!["acc_1".into()]))
+        );
     }
 
     #[test]

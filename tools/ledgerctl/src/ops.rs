@@ -298,8 +298,9 @@ pub fn log(command: &LogCommand, target: &Target) -> anyhow::Result<bool> {
         );
         let done = servicing_ops::backfill::record_log(&store, *dry_run).await?;
         println!(
-            "facts' records: {} to list, {} that do not decode (not listed); {} (by {operator})",
+            "facts' records: {} to list, ledger items: {}, {} that do not decode (not listed); {} (by {operator})",
             done.records,
+            done.ledger_items,
             done.undecodable,
             if *dry_run {
                 "dry run: nothing written".to_owned()

@@ -36,6 +36,7 @@ pub async fn reconcile_money(
     let mut report = MoneyReconciliation::default();
     let window_records =
         crate::record_log::claimed_in(client, table, MONEY_CONSUMER, window).await?;
+    report.window = window;
     report.dates = settlement.iter().map(|s| s.key.2).collect();
     // A record that does not decode at all names no date: the window's reconciliation, which
     // reads the same records, reports it.
@@ -44,6 +45,7 @@ pub async fn reconcile_money(
             report
                 .dates
                 .extend(money_dates(claim.outbox.as_deref(), claim.claimed_at));
+            report.window_accounts.insert(claim.account_id);
         }
     }
     let mut claims: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
