@@ -1,6 +1,6 @@
 //! Reconciliation: SourceEventCount → CanonicalUniqueEventCount → AppliedBusinessEventCount,
 //! with duplicates, collisions, stale and quarantined in between, plus the money checks: every
-//! stored allocation sums to its payment, every applied payment has its allocation.
+//! allocation of the facts read sums to its payment, every applied payment has its allocation.
 //!
 //! A window reads what it reports: its records through the record log, its quarantine by its
 //! days, and by key the claims its quarantine items name. Against a producer's stream it is an
@@ -218,13 +218,21 @@ pub async fn reconcile(
                 .map(|s| items::key_item(items::claim_key(consumer, &s)))
                 .collect();
             let now = crate::epoch_seconds();
-            crate::batch_get(client, table, keys)
-                .await?
-                .into_iter()
-                .filter(|item| crate::record_log::unexpired(item, now))
-                .filter_map(|item| schema::from_item::<ClaimRecord>(item).ok())
-                .map(|claim| claim.source())
-                .collect()
+            let mut found = HashSet::new();
+            for item in crate::batch_get(client, table, keys).await? {
+                if !crate::record_log::unexpired(&item, now) {
+                    continue;
+                }
+                match schema::from_item::<ClaimRecord>(item) {
+                    Ok(claim) => {
+                        found.insert(claim.source());
+                    }
+                    Err(e) => report.problems.push(format!(
+                        "a record a quarantine item names does not decode: {e}"
+                    )),
+                }
+            }
+            found
         }
     };
     let quarantined_by_source: HashMap<SourceRef, &QuarantineRecord> = quarantine
