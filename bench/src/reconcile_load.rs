@@ -31,10 +31,13 @@ use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use integration_tests::Engine;
 use integration_tests::capacity::{item_json, item_size};
 use integration_tests::generate::{fee, open, pay, reverse};
-use integration_tests::servicing::{Servicing, process};
+use integration_tests::servicing::{Servicing, process, sqs_message};
+use ledger_postings::{LedgerPostingsHandler, MessageResult};
 use servicing_ops::{actions, parked, quarantine};
 use servicing_store::ActionIntent;
 use servicing_store::open::{OPEN_SHARD, OPEN_SINCE};
+use servicing_store::record_log::RecordLog;
+use servicing_store::schema;
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -133,6 +136,35 @@ async fn the_day(servicing: &Servicing) {
                 .expect("outcome");
         }
     }
+    post_the_day(servicing).await;
+}
+
+/// The day's domain events posted by the ledger (`ledger-postings`), as its queue brings them.
+async fn post_the_day(servicing: &Servicing) {
+    let ledger = LedgerPostingsHandler::new(servicing.store(ledger_postings::CONSUMER));
+    let envelopes: Vec<String> = servicing
+        .outbox_records()
+        .await
+        .iter()
+        .filter(|e| e.source != payments_api::EVENT_SOURCE)
+        .map(|e| {
+            serde_json::json!({"source": e.source, "detail-type": e.detail_type, "detail": e.detail})
+                .to_string()
+        })
+        .collect();
+    for (n, chunk) in envelopes.chunks(10).enumerate() {
+        let messages: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, b)| sqs_message(&format!("l{n}-{i}"), b, 1))
+            .collect();
+        for (_, result) in ledger.process_batch(&messages).await.results {
+            assert!(
+                matches!(result, MessageResult::Posted { .. } | MessageResult::Ignored { .. }),
+                "the day's ledger: {result:?}"
+            );
+        }
+    }
 }
 
 async fn put(servicing: &Servicing, item: Item) {
@@ -174,6 +206,7 @@ async fn closed_templates(servicing: &Servicing) -> Vec<Item> {
                 "CLAIM" => text(item, "verdict") == "APPLIED",
                 "IDEMPOTENCY" | "QUARANTINE" => true,
                 "ACTION" => text(item, "status") == "SENT",
+                "JOURNAL_ENTRY" | "SUB_LEDGER" => true,
                 "LOAN" => pk.starts_with("LOAN#") && text(item, "sk") == "STATE",
                 _ => false,
             }
@@ -181,10 +214,13 @@ async fn closed_templates(servicing: &Servicing) -> Vec<Item> {
         .collect()
 }
 
-/// History item `i`: a copy of a closed template under a new identity, `age_days` old.
-fn history_item(template: &Item, i: usize, age_days: i64, now: i64) -> Item {
+/// History item `i`: a copy of a closed template under a new identity, `age_days` old. The
+/// copies of one `cycle` (one copy of every template) are one consistent past day: its accounts
+/// are `<account>_h<cycle>`, so their loans, claims and ledgers agree as the day's do.
+fn history_item(template: &Item, i: usize, cycle: usize, age_days: i64, now: i64) -> Item {
     let mut item = template.clone();
     let tag = format!("~h{i}");
+    let account = format!("{}_h{cycle}", text(template, "accountId"));
     let at = now - age_days * DAY;
     let set_n = |item: &mut Item, name: &str, value: i64| {
         if item.contains_key(name) {
@@ -215,11 +251,36 @@ fn history_item(template: &Item, i: usize, age_days: i64, now: i64) -> Item {
                 AttributeValue::S(format!("CLAIM#account-state#{system}#{id}")),
             );
             item.insert("sourceEventId".into(), AttributeValue::S(id));
+            if item.contains_key("accountId") {
+                item.insert("accountId".into(), AttributeValue::S(account.clone()));
+            }
             set_n(&mut item, "claimedAt", at);
             item.remove("expiresAt");
+            // Its money moved on a past business date too (the record log lists it there).
+            if let Some(AttributeValue::S(outbox)) = item.get("outbox") {
+                let mut events: serde_json::Value =
+                    serde_json::from_str(outbox).expect("an outbox");
+                for event in events.as_array_mut().into_iter().flatten() {
+                    shift(&mut event["detail"]["occurredAt"], age_days);
+                    event["detail"]["accountId"] = account.clone().into();
+                }
+                item.insert("outbox".into(), AttributeValue::S(events.to_string()));
+            }
+        }
+        "JOURNAL_ENTRY" | "SUB_LEDGER" => {
+            item.insert("pk".into(), AttributeValue::S(format!("LEDGER#{account}")));
+            item.insert("accountId".into(), AttributeValue::S(account.clone()));
+            set_n(&mut item, "postedAt", at);
+            if let Some(AttributeValue::S(posting)) = item.get("posting") {
+                let mut posting: serde_json::Value =
+                    serde_json::from_str(posting).expect("a posting");
+                posting["accountId"] = account.into();
+                shift(&mut posting["effectiveAt"], age_days);
+                shift(&mut posting["processedAt"], age_days);
+                item.insert("posting".into(), AttributeValue::S(posting.to_string()));
+            }
         }
         "LOAN" => {
-            let account = format!("{}_h{i}", text(template, "accountId"));
             item.insert("pk".into(), AttributeValue::S(format!("LOAN#{account}")));
             item.insert("accountId".into(), AttributeValue::S(account));
         }
@@ -235,8 +296,33 @@ fn history_item(template: &Item, i: usize, age_days: i64, now: i64) -> Item {
     item
 }
 
+/// Moves an RFC 3339 time `days` back.
+fn shift(time: &mut serde_json::Value, days: i64) {
+    if let Some(at) = time
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+    {
+        *time = (at - chrono::Duration::days(days)).to_rfc3339().into();
+    }
+}
+
+/// Lists a history item in the record log, as the relay did the day it was written.
+fn log_history(log: &mut RecordLog, item: &Item) {
+    match text(item, "itemType").as_str() {
+        "CLAIM" => log.add_record(&schema::from_item(item.clone()).expect("a record")),
+        "JOURNAL_ENTRY" => log.add_entry(&schema::from_item(item.clone()).expect("an entry"), 0),
+        "SUB_LEDGER" => log.add_sub_ledger(&schema::from_item(item.clone()).expect("balances")),
+        _ => {}
+    }
+}
+
+/// Writes `items` history items, and their record log as the relay kept it then: the days
+/// they were written are in the log, in partitions today's jobs do not read.
 async fn write_history(servicing: &Servicing, templates: &[Item], items: usize, now: i64) {
     let raw = Engine::DynamoDbLocal.dynamodb().await;
+    let history_log = Mutex::new(RecordLog::default());
+    // Whole cycles: a past day's copies all there, or none.
+    let items = items.div_ceil(templates.len()) * templates.len();
     let batches: Vec<Vec<usize>> = (0..items)
         .collect::<Vec<_>>()
         .chunks(25)
@@ -248,8 +334,12 @@ async fn write_history(servicing: &Servicing, templates: &[Item], items: usize, 
             .iter()
             .map(|i| {
                 // Older than the reconciled window and the quarantine listing's week.
-                let age = 8 + (*i as i64 % 700);
-                let item = history_item(&templates[i % templates.len()], *i, age, now);
+                let cycle = i / templates.len();
+                let age = 8 + (cycle as i64 % 700);
+                let item = history_item(&templates[i % templates.len()], *i, cycle, age, now);
+                if let Ok(mut log) = history_log.lock() {
+                    log_history(&mut log, &item);
+                }
                 let put = PutRequest::builder().set_item(Some(item)).build();
                 WriteRequest::builder()
                     .put_request(put.expect("put"))
@@ -276,6 +366,12 @@ async fn write_history(servicing: &Servicing, templates: &[Item], items: usize, 
         8,
     ))
     .await;
+    let log = history_log.into_inner().expect("the history's log");
+    servicing
+        .store("outbox-relay")
+        .write_record_log(&log, "history")
+        .await
+        .expect("the history's record log");
 }
 
 /// What a client's reads read, from the typed answers (the raw body is not buffered yet when
@@ -461,18 +557,41 @@ async fn jobs(servicing: &Servicing, now: i64) -> Vec<(&'static str, Figures, St
         Ok(format!("{} applied in the window", r.applied))
     });
     out.push(job.await);
+    let money = Mutex::new(None);
     let job = measure(servicing, &reads, "ledgerctl reconcile --money", async {
         let grace = servicing_ops::money::Grace::default();
         let window = (now - 25 * 3600, now + 1);
         let m = servicing_ops::money::reconcile_money(client, table, &[], window, now, grace)
             .await
             .map_err(failed)?;
-        Ok(format!(
+        let said = format!(
             "{} accepted checked, {} not applied, {} stuck actions, {} dates totalled",
             m.accepted,
             m.not_applied.len(),
             m.stuck_actions.len(),
             m.dates.len()
+        );
+        *money.lock().map_err(|e| e.to_string())? = Some(m);
+        Ok(said)
+    });
+    out.push(job.await);
+    let job = measure(servicing, &reads, "  its ledger leg", async {
+        let m = money
+            .lock()
+            .map_err(|e| e.to_string())?
+            .take()
+            .ok_or("no money reconciliation to hold the ledger to")?;
+        let l = servicing_ops::ledger::reconcile_ledger(client, table, &m, now, 0)
+            .await
+            .map_err(failed)?;
+        Ok(format!(
+            "{} accounts read, {} entries, {}",
+            l.accounts,
+            l.entries,
+            match l.problems.first() {
+                None => "reconciles".to_string(),
+                Some(first) => format!("does NOT reconcile: {first}"),
+            }
         ))
     });
     out.push(job.await);
