@@ -480,7 +480,7 @@ def main() -> int:
     print("   " + (dry.stdout.strip().splitlines() or [dry.stderr.strip()])[-1])
     ok &= dry.returncode == 0
     step("money (ledgerctl reconcile --money): every accepted API payment applied; applied less reversals by source, currency and date; "
-         "the ledger: every sub-ledger the sum of its entries and equal to servicing, the trial balance zero, cash posted = applied")
+         "the ledger of the accounts the window touched: each sub-ledger the sum of its entries and equal to servicing, the trial balance zero, cash posted = applied")
     money = subprocess.run(
         ["cargo", "run", "--quiet", "--locked", "-p", "ledgerctl", "--", "reconcile", "--table", table, "--money", "--grace-minutes", "0"],
         cwd=ROOT,

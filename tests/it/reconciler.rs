@@ -21,7 +21,88 @@ on_both_engines!(
     when_a_parked_fact_stays_ready_should_send_it_back_to_be_released,
     when_a_fact_parked_long_ago_has_just_become_ready_should_not_count_it_as_left_ready,
     when_a_payment_is_suspected_twice_under_new_identities_should_not_hold,
+    when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_books_open_until_it_does,
 );
+
+/// From review (issue 33): a ledger problem was reported by the run that found it only. The
+/// next day's window no longer named the account, so that run said the ledger reconciles and
+/// closed the books over it. A run now reads from where the ledger last did not reconcile.
+async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_books_open_until_it_does(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_unposted";
+    process(
+        &servicing.handler(),
+        &[open(a), fee(a, "fee-1", 3, 700), pay(a, "pay-1", 4, 5_000)],
+    )
+    .await;
+    // The ledger posts all but the payment.
+    let (payments, others): (Vec<String>, Vec<String>) = crate::ledger::published(&servicing)
+        .await
+        .into_iter()
+        .partition(|e| e.contains("\"PaymentApplied\""));
+    let ledger = [crate::ledger::ledger_handler(&servicing)];
+    let mut rng = integration_tests::Rng(7);
+    crate::ledger::post_all(&ledger, &others, &mut rng, "o").await;
+    let sqs = aws_sdk_sqs::Client::new(&Engine::MiniStack.sdk_config().await);
+    let config = ::reconciler::Config {
+        table: servicing.table.clone(),
+        window_hours: 3,
+        park_retention: WEEK,
+        claim_retention: Duration::from_secs(35 * 86_400),
+        servicing_queue_url: "unused: nothing is parked".into(),
+        ledger_close_lag_days: 1,
+    };
+    let store = servicing.store("account-state");
+    // Past the grace: the account is not in flight.
+    let found_at = servicing_ops::epoch_seconds() + 2 * 3600;
+    let run_on = |day: i64| {
+        let (servicing, config, store, sqs) = (&servicing, &config, &store, &sqs);
+        async move {
+            servicing.keep_record_log().await;
+            ::reconciler::run_at(config, store, sqs, found_at + day * 86_400)
+                .await
+                .expect("run")
+        }
+    };
+    let found = run_on(0).await;
+    assert_eq!(found["holds"], false, "{found:#}");
+    assert!(found["ledgerClosedThrough"].is_null(), "{found:#}");
+    let found_from = found["ledgerReadFrom"].clone();
+
+    // A day later the window names nothing of the account: the problem is still there.
+    let next_day = run_on(1).await;
+    assert_eq!(
+        (
+            &next_day["holds"],
+            &next_day["ledgerClosedThrough"],
+            &next_day["ledgerReadFrom"]
+        ),
+        (&false.into(), &Value::Null, &found_from),
+        "{next_day:#}"
+    );
+    assert!(
+        next_day["ledgerProblems"].to_string().contains(a),
+        "{next_day:#}"
+    );
+
+    // Posted at last: the run that covers it holds and closes, and the next reads its window.
+    crate::ledger::post_all(&ledger, &payments, &mut rng, "p").await;
+    let posted = run_on(2).await;
+    assert_eq!(
+        (&posted["holds"], &posted["ledgerReadFrom"]),
+        (&true.into(), &found_from),
+        "{posted:#}"
+    );
+    assert!(posted["ledgerClosedThrough"].is_string(), "{posted:#}");
+    let after = run_on(3).await;
+    assert_eq!(
+        after["ledgerReadFrom"],
+        found_at + 3 * 86_400 - 3 * 3600,
+        "{after:#}"
+    );
+}
 
 /// Issue 32: a suspected duplicate (same account, amount, currency and time under another
 /// identity) was counted but the daily run still said it holds: it needs a person.

@@ -23,8 +23,9 @@
 //!
 //! Before publishing, the batch's facts' records (every verdict, events or none: the event
 //! source mapping passes them all) are listed in the record log (`servicing_store::record_log`)
-//! by the hour they were claimed and the business date of their money events: what the daily
-//! reconciliation reads instead of the table.
+//! by the hour they were claimed and the business date of their money events, and the ledger's
+//! journal entries and sub-ledgers by their account, the hour written and their cash's date:
+//! what the daily reconciliation reads instead of the table.
 //!
 //! Every stream record that carries events leaves one decision record (consumer
 //! `outbox-relay`, `messageId` = the stream record's `eventID`): `published`, `sent` (an API
@@ -192,9 +193,9 @@ impl OutboxRelay {
         report
     }
 
-    /// Lists the batch's facts' records in the record log before anything is published, so a
-    /// failure checkpoints at the batch's first record: the batch comes again whole, nothing of
-    /// it published yet.
+    /// Lists the batch's facts' records and ledger writes in the record log before anything is
+    /// published, so a failure checkpoints at the batch's first record: the batch comes again
+    /// whole, nothing of it published yet.
     async fn log_records(&self, records: &[EventRecord]) -> Result<(), FailedAt> {
         let mut log = RecordLog::default();
         for record in records {

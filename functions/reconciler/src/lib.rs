@@ -160,12 +160,20 @@ pub async fn run_at(
         tracing::info!(line, "reconciliation");
     }
     problems.extend(report.problems.iter().cloned());
+    // The money and the ledger are read from where the ledger last did not reconcile, when
+    // that is before the window: a problem stays reported, and the books open, until a run
+    // that covers it holds (not only on the day it was found).
+    let unreconciled_since = store.ledger_unreconciled_since().await?;
+    let money_window = (
+        unreconciled_since.map_or(window.0, |since| since.min(window.0)),
+        window.1,
+    );
     // The money: accepted API payments applied, actions settled (ready facts were handled above).
     let money = servicing_ops::money::reconcile_money(
         store.client(),
         &config.table,
         &[],
-        window,
+        money_window,
         now,
         servicing_ops::money::Grace::default(),
     )
@@ -191,6 +199,17 @@ pub async fn run_at(
             problem,
             "the ledger does not reconcile"
         );
+    }
+    let marked = if ledger.holds() {
+        store.mark_ledger_reconciled(money_window.0).await
+    } else {
+        store.mark_ledger_unreconciled(money_window.0).await
+    };
+    if let Err(e) = marked {
+        problems.push(format!(
+            "cannot record whether the ledger reconciles from {}: {e}",
+            money_window.0
+        ));
     }
     // The daily close: only books that reconcile are closed; a later event dated in a closed
     // day is posted to the first open one (docs/ledger.md).
@@ -256,6 +275,9 @@ pub async fn run_at(
         // A suspected duplicate new in the window needs a person: the run does not hold.
         "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty() && counts.suspected_duplicates == 0 && ledger.holds(),
         "ledgerProblems": ledger.problems,
+        // Where the money and the ledger were read from (before the window: where the ledger
+        // last did not reconcile).
+        "ledgerReadFrom": money_window.0,
         "ledgerClosedThrough": ledger_closed,
         "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
         "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),

@@ -1,8 +1,8 @@
 //! reconciler Lambda (EventBridge schedule): wiring only. The run — expire the parked facts
-//! that will not apply, send back the ones left ready, reconcile the last window of account-state, emit the metrics that
-//! alarm — is `reconciler`.
+//! that will not apply, send back the ones left ready, reconcile the last window of account-state,
+//! its money and its ledger, emit the metrics that alarm — is `reconciler`.
 
-// The scan futures nest the SDK futures deeply; the default limit is too low for their layout.
+// The run's reads nest the SDK futures deeply; the default limit is too low for their layout.
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};

@@ -125,6 +125,16 @@ pub struct JournalEntry {
 }
 
 impl JournalEntry {
+    /// The business date its cash is reconciled under (its effective time's UTC date) when it
+    /// moves cash: a payment's or a reversal's entry; `None` for any other.
+    pub fn cash_date(&self) -> Option<NaiveDate> {
+        matches!(
+            self.event_type.as_str(),
+            detail_types::PAYMENT_APPLIED | detail_types::PAYMENT_REVERSED
+        )
+        .then(|| self.effective_at.date_naive())
+    }
+
     /// Why this reversal's entry is not the exact opposite of `original`, the entry it names in
     /// `reverses` (`None`: it is — same account, currency and payment, every transfer of the
     /// payment's entry with its debit and credit swapped, nothing more).

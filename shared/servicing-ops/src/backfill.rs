@@ -102,18 +102,23 @@ pub struct LoggedBefore {
     pub records: u64,
     /// Journal entries and account balances listed (the ledger's partitions).
     pub ledger_items: u64,
-    /// Records that do not decode: not listed (`ledgerctl reconcile --source` names them).
+    /// Facts' records that do not decode: not listed (they name no hour or date of their own;
+    /// `ledgerctl reconcile --source` names them).
     pub undecodable: u64,
+    /// Ledger items that do not decode: listed by their key's account under the hour and date
+    /// of the listing, where the next reconciliation reads and reports them.
+    pub undecodable_ledger_items: u64,
     /// Log items written (none in a dry run).
     pub items: u64,
 }
 
-/// The one-off after the deploy that introduced the record log (issue #33): the window's and
-/// the money's reconciliation read the records and ledger accounts it lists, and the relay
-/// lists only what it relays from then on. Reads every record, journal entry and account
-/// balances once (an explicit, separate full read) and lists each by its hour and its money's
-/// dates, keyed `backfill`: running it again writes the same items (or, with more records,
-/// items listing more), never fewer.
+/// The one-off after the deploy that introduced the record log (issue #33), or its ledger
+/// partitions: the window's and the money's reconciliation read the records and ledger
+/// accounts it lists, and the relay lists only what it relays from then on. Reads every
+/// record, journal entry and account balances once (an explicit, separate full read) and lists
+/// each record by its hour and its money's dates, each ledger item's account by the hour it was
+/// written and its cash's date, keyed `backfill`: running it again lists what it listed before
+/// and what was added since, never less.
 pub async fn record_log(store: &ServicingStore, dry_run: bool) -> anyhow::Result<LoggedBefore> {
     let types = [
         ClaimRecord::ITEM_TYPE,
@@ -140,21 +145,29 @@ pub async fn record_log(store: &ServicingStore, dry_run: bool) -> anyhow::Result
     }
     let now = crate::epoch_seconds();
     for item in entries {
+        let pk = crate::text(&item, "pk").unwrap_or_default().to_owned();
         match schema::from_item::<EntryRecord>(item) {
             Ok(entry) => {
                 log.add_entry(&entry, now);
                 done.ledger_items += 1;
             }
-            Err(_) => done.undecodable += 1,
+            Err(_) => {
+                log.add_ledger_key(&pk, now);
+                done.undecodable_ledger_items += 1;
+            }
         }
     }
     for item in balances {
+        let pk = crate::text(&item, "pk").unwrap_or_default().to_owned();
         match schema::from_item::<SubLedgerRecord>(item) {
             Ok(record) => {
                 log.add_sub_ledger(&record);
                 done.ledger_items += 1;
             }
-            Err(_) => done.undecodable += 1,
+            Err(_) => {
+                log.add_ledger_key(&pk, now);
+                done.undecodable_ledger_items += 1;
+            }
         }
     }
     if !dry_run {

@@ -17,10 +17,13 @@
 //! (the reads are no snapshot: an account written during them may be read half before, half
 //! after).
 //!
-//! What it reads grows with the window, not with the ledger's history (issue #33): the
-//! accounts servicing or the ledger touched in the window, or whose cash falls on the dates
-//! the money reconciliation totalled (`read_accounts`), each account's ledger whole. Each day
-//! checks what changed that day; an account that did not change was checked when it did.
+//! What it reads grows with the accounts the window touched and their own entries, not with
+//! the table's history (issue #33): the accounts servicing or the ledger touched in the
+//! window, or whose cash falls on the dates the money reconciliation totalled
+//! (`read_accounts`), each account's ledger whole (an account's partition grows with its own
+//! life: a few entries a month). Each day checks what changed that day; an account that did not
+//! change was checked when it did, and the daily reconciler reads again from where the ledger
+//! last did not reconcile, so a problem found once is not left behind by the moving window.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -126,10 +129,9 @@ async fn read_accounts(
     report: &mut LedgerReconciliation,
 ) -> anyhow::Result<(Vec<Item>, Vec<Item>, Vec<Item>)> {
     let mut accounts = money.window_accounts.clone();
-    for ((_, _, date), named) in &money.key_accounts {
-        if money.dates.contains(date) {
-            accounts.extend(named.iter().cloned());
-        }
+    // Its keys are all of the dates it totalled (it totals no other).
+    for named in money.key_accounts.values() {
+        accounts.extend(named.iter().cloned());
     }
     accounts.extend(
         crate::record_log::ledger_accounts(client, table, money.window, &money.dates).await?,
@@ -245,28 +247,25 @@ pub async fn reconcile_ledger(
                 .map(|t| t.amount_minor)
                 .sum()
         };
-        let key = (
-            entry.trigger.system.clone(),
-            entry.currency.as_str().to_owned(),
-            entry.effective_at.date_naive(),
-        );
-        if matches!(
-            entry.event_type.as_str(),
-            detail_types::PAYMENT_APPLIED | detail_types::PAYMENT_REVERSED
-        ) {
+        // The cash's key, by the record log's rule (`JournalEntry::cash_date`).
+        if let Some(date) = entry.cash_date() {
+            let key = (
+                entry.trigger.system.clone(),
+                entry.currency.as_str().to_owned(),
+                date,
+            );
             key_accounts
                 .entry(key.clone())
                 .or_default()
                 .insert(entry.account_id.as_str().to_owned());
-        }
-        if entry.event_type == detail_types::PAYMENT_APPLIED {
             let p = posted.entry(key).or_default();
-            p.payments += 1;
-            p.received_minor += cash(true);
-        } else if entry.event_type == detail_types::PAYMENT_REVERSED {
-            let p = posted.entry(key).or_default();
-            p.reversals += 1;
-            p.returned_minor += cash(false);
+            if entry.event_type == detail_types::PAYMENT_APPLIED {
+                p.payments += 1;
+                p.received_minor += cash(true);
+            } else {
+                p.reversals += 1;
+                p.returned_minor += cash(false);
+            }
         }
         if entry.payment.is_some() {
             by_id.insert(entry.entry_id.clone(), posting.entry);

@@ -1,7 +1,8 @@
-//! The facts' records of a window or of business dates, read through the record log the relay
-//! keeps from the table's stream (`servicing_store::record_log`): the log's partitions of the
-//! hours or dates asked for, then each listed record by key. What is read grows with the
-//! window, never with the table's history.
+//! The facts' records of a window or of business dates, and the accounts whose ledger was
+//! written then, read through the record log the relay keeps from the table's stream
+//! (`servicing_store::record_log`): the log's partitions of the hours or dates asked for, then
+//! each listed record by key. What is read grows with the window, never with the table's
+//! history.
 //!
 //! The log is as complete as the relay is current: a record is listed once the relay has taken
 //! its stream record (seconds; `RelayIteratorAgeAlarm` says when it is behind), so a

@@ -373,6 +373,72 @@ impl ServicingStore {
     }
 }
 
+/// The daily reconciliation's mark on a ledger that did not reconcile: the start (epoch s) of
+/// the earliest window it was found not to. Each run re-reads from there, so a problem stays
+/// reported, and the books stay open, until a run that covers it holds: a problem is never
+/// left behind by a window that moved on.
+fn unreconciled_key() -> (String, String) {
+    (
+        "LEDGER_RECONCILIATION".to_owned(),
+        "UNRECONCILED".to_owned(),
+    )
+}
+const UNRECONCILED_SINCE: &str = "unreconciledSince";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UnreconciledRecord {
+    unreconciled_since: Option<i64>,
+}
+
+impl ServicingStore {
+    /// Since when (epoch s) the ledger has not reconciled, if it has not.
+    pub async fn ledger_unreconciled_since(&self) -> Result<Option<i64>, StoreError> {
+        let mark: Option<UnreconciledRecord> = self.get_record(unreconciled_key()).await?;
+        Ok(mark.and_then(|m| m.unreconciled_since))
+    }
+
+    /// A run reading from `since` did not hold: the mark keeps the earliest such start.
+    pub async fn mark_ledger_unreconciled(&self, since: i64) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(unreconciled_key())))
+            .update_expression("SET #since = :since, #at = :now, #type = :type")
+            .condition_expression("attribute_not_exists(#since) OR #since > :since")
+            .expression_attribute_names("#since", UNRECONCILED_SINCE)
+            .expression_attribute_names("#at", "markedAt")
+            .expression_attribute_names("#type", items::ITEM_TYPE)
+            .expression_attribute_values(":since", n(since))
+            .expression_attribute_values(":now", n(now_epoch().0))
+            .expression_attribute_values(":type", s("LEDGER_RECONCILIATION"))
+            .send()
+            .await;
+        // Refused: an earlier start is marked already, and stays.
+        crate::errors::conditional_update(result).map(|_| ())
+    }
+
+    /// A run reading from `from` held: a mark it covered (at or after `from`) goes; an earlier
+    /// one (a concurrent run's) stays.
+    pub async fn mark_ledger_reconciled(&self, from: i64) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(unreconciled_key())))
+            .update_expression("REMOVE #since SET #at = :now")
+            .condition_expression("#since >= :from")
+            .expression_attribute_names("#since", UNRECONCILED_SINCE)
+            .expression_attribute_names("#at", "reconciledAt")
+            .expression_attribute_values(":from", n(from))
+            .expression_attribute_values(":now", n(now_epoch().0))
+            .send()
+            .await;
+        crate::errors::conditional_update(result).map(|_| ())
+    }
+}
+
 /// A period shard item: every day up to `closedThrough` is closed.
 const CLOSED_THROUGH: &str = "closedThrough";
 

@@ -76,18 +76,12 @@ pub fn ledger_date_partition(date: NaiveDate) -> String {
 /// The date an entry's cash is compared under (its effective time's UTC date, as the ledger's
 /// reconciliation keys it), `None` for an entry that moves no cash; an entry that does not
 /// decode counts under `written_at`'s date (epoch s), where the reader meets it and reports it.
-pub fn ledger_cash_date(posting: Option<&str>, written_at: i64) -> Option<NaiveDate> {
+pub fn ledger_cash_date(posting: &str, written_at: i64) -> Option<NaiveDate> {
     let written_on = DateTime::from_timestamp(written_at, 0).map(|t| t.date_naive());
-    let Some(Ok(posting)) = posting.map(serde_json::from_str::<servicing_domain::journal::Posting>)
-    else {
-        return written_on;
-    };
-    let entry = &posting.entry;
-    matches!(
-        entry.event_type.as_str(),
-        detail_types::PAYMENT_APPLIED | detail_types::PAYMENT_REVERSED
-    )
-    .then(|| entry.effective_at.date_naive())
+    match serde_json::from_str::<servicing_domain::journal::Posting>(posting) {
+        Ok(posting) => posting.entry.cash_date(),
+        Err(_) => written_on,
+    }
 }
 
 /// The log entries of one stream batch, by partition.
@@ -106,6 +100,12 @@ fn text<'a>(image: &'a StreamImage, name: &str) -> Option<&'a str> {
     }
 }
 
+/// The account of a ledger item by its key (`LEDGER#<account>`): an item that lost its
+/// `accountId` is still listed, so the reader meets it and reports it.
+fn ledger_account(image: &StreamImage) -> Option<&str> {
+    text(image, items::PK)?.strip_prefix("LEDGER#")
+}
+
 impl RecordLog {
     /// Adds the record a stream record wrote (`event_name` INSERT or MODIFY, its new image), if
     /// it is a fact's record. The hour comes from its `claimedAt`, else from `written_at` (the
@@ -122,10 +122,19 @@ impl RecordLog {
         match text(image, items::ITEM_TYPE) {
             Some(ClaimRecord::ITEM_TYPE) => self.add_claim(image, written_at),
             Some(EntryRecord::ITEM_TYPE | SubLedgerRecord::ITEM_TYPE) => {
-                if let Some(account) = text(image, "accountId") {
-                    let entry = (text(image, items::ITEM_TYPE) == Some(EntryRecord::ITEM_TYPE))
-                        .then(|| text(image, "posting"));
-                    self.list_ledger(account, written_at, entry);
+                let Some(account) = text(image, "accountId").or_else(|| ledger_account(image))
+                else {
+                    return;
+                };
+                self.list_ledger(account, written_at);
+                if text(image, items::ITEM_TYPE) == Some(EntryRecord::ITEM_TYPE) {
+                    // An entry without its posting does not decode: listed under the day it was
+                    // written, where the reader meets it.
+                    self.list_cash(
+                        account,
+                        text(image, "posting").unwrap_or_default(),
+                        written_at,
+                    );
                 }
             }
             _ => {}
@@ -168,21 +177,37 @@ impl RecordLog {
         let written_at = entry
             .posting()
             .map_or(listed_at, |posting| posting.processed_at.timestamp());
-        self.list_ledger(&entry.account_id, written_at, Some(Some(&entry.posting)));
+        self.list_ledger(&entry.account_id, written_at);
+        self.list_cash(&entry.account_id, &entry.posting, written_at);
+    }
+
+    /// Adds a ledger item that does not decode, read from the table (a one-off listing), by its
+    /// key (`LEDGER#<account>`) under the hour and the date of `listed_at` (epoch s): the next
+    /// reconciliation reads its account and reports it.
+    pub fn add_ledger_key(&mut self, pk: &str, listed_at: i64) {
+        let Some(account) = pk.strip_prefix("LEDGER#") else {
+            return;
+        };
+        self.list_ledger(account, listed_at);
+        self.list_cash(account, "", listed_at);
     }
 
     /// Adds an account's balances read from the table (a one-off listing), under the hour of
     /// its last posting.
     pub fn add_sub_ledger(&mut self, balances: &SubLedgerRecord) {
-        self.list_ledger(&balances.account_id, balances.posted_at, None);
+        self.list_ledger(&balances.account_id, balances.posted_at);
     }
 
-    /// `entry`: `Some(its posting)` for an entry, `None` for balances.
-    fn list_ledger(&mut self, account: &str, written_at: i64, entry: Option<Option<&str>>) {
+    /// An account whose ledger was written at `written_at` (epoch s).
+    fn list_ledger(&mut self, account: &str, written_at: i64) {
         if let Some(partition) = ledger_hour_partition(written_at) {
             self.insert(partition, account);
         }
-        if let Some(date) = entry.and_then(|posting| ledger_cash_date(posting, written_at)) {
+    }
+
+    /// An account holding an entry (`posting`, as stored) that moves cash, under its date.
+    fn list_cash(&mut self, account: &str, posting: &str, written_at: i64) {
+        if let Some(date) = ledger_cash_date(posting, written_at) {
             self.insert(ledger_date_partition(date), account);
         }
     }
@@ -484,6 +509,16 @@ mod tests {
         assert!(
             partitions(&broken)
                 .contains(&("LOG#LEDGER#DATE#2026-12-05".into(), vec!["acc_1".into()]))
+        );
+        // Balances that lost their account id (a hand edit): listed by their key's account.
+        let mut keyed_only = RecordLog::default();
+        let mut image = ledger_item("SUB_LEDGER", None);
+        image.remove("accountId");
+        image.insert("pk".to_owned(), A::S("LEDGER#acc_2".into()));
+        keyed_only.add("MODIFY", &image, at);
+        assert_eq!(
+            partitions(&keyed_only),
+            vec![("LOG#LEDGER#HOUR#2026-12-05T00".into(), vec!["acc_2".into()])]
         );
     }
 

@@ -196,6 +196,17 @@ fn reconcile_money(args: &ReconcileArgs, target: &Target) -> anyhow::Result<bool
         for line in ledger.lines() {
             println!("{line}");
         }
+        let store = servicing_store::ServicingStore::new(
+            target.dynamodb(),
+            servicing_store::StoreConfig::new(&target.table, "account-state"),
+        );
+        if let Some(since) = store.ledger_unreconciled_since().await? {
+            let hours = ((now - since + 3599) / 3600).max(1);
+            println!(
+                "the daily reconciler found the ledger not reconciling from {}: it reads from there until a run holds (the same reach here: --hours {hours})",
+                iso(since)
+            );
+        }
         Ok(report.holds() && ledger.holds())
     })
 }
@@ -298,17 +309,18 @@ pub fn log(command: &LogCommand, target: &Target) -> anyhow::Result<bool> {
         );
         let done = servicing_ops::backfill::record_log(&store, *dry_run).await?;
         println!(
-            "facts' records: {} to list, ledger items: {}, {} that do not decode (not listed); {} (by {operator})",
+            "facts' records: {} to list, {} that do not decode (not listed); ledger items: {} to list, {} that do not decode (listed by their account, for the next reconciliation to report); {} (by {operator})",
             done.records,
-            done.ledger_items,
             done.undecodable,
+            done.ledger_items,
+            done.undecodable_ledger_items,
             if *dry_run {
                 "dry run: nothing written".to_owned()
             } else {
                 format!("{} log items written", done.items)
             }
         );
-        Ok(done.undecodable == 0)
+        Ok(done.undecodable + done.undecodable_ledger_items == 0)
     })
 }
 
