@@ -787,4 +787,57 @@ async fn when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_
         "{engine:?}:\n{text}"
     );
     assert_eq!(report.accounts, 4, "{engine:?}:\n{text}");
+
+    // What the log does not list (here: balances written without their listing) waits for the
+    // account's next change; an audit reads every account, by a scan it names, and finds it.
+    let unlisted = servicing_domain::AccountId::parse("acc_hist_011").expect("id");
+    let mut balances = store
+        .sub_ledger(&unlisted)
+        .await
+        .expect("read")
+        .expect("balances");
+    *balances.balances.values_mut().next().expect("a balance") += 1;
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .set_item(Some(
+            servicing_store::schema::to_item(&balances).expect("item"),
+        ))
+        .send()
+        .await
+        .expect("tampered");
+    let touched = reconciled(servicing.client.clone())
+        .await
+        .lines()
+        .join("\n");
+    assert!(!touched.contains("acc_hist_011"), "{engine:?}:\n{touched}");
+    let now = servicing_ops::epoch_seconds();
+    let money = servicing_ops::money::reconcile_money(
+        &servicing.client,
+        &servicing.table,
+        &[],
+        (now - 3_600, now + 1),
+        now,
+        servicing_ops::money::Grace::default(),
+    )
+    .await
+    .expect("money");
+    let audit = servicing_ops::ledger::reconcile_accounts(
+        &servicing.client,
+        &servicing.table,
+        &money,
+        now,
+        0,
+        servicing_ops::ledger::Accounts::Every,
+    )
+    .await
+    .expect("audit");
+    let text = audit.lines().join("\n");
+    assert!(
+        text.contains("sub-ledger acc_hist_011: stored balances")
+            && text.contains("sub-ledger acc_hist_007: stored balances"),
+        "{engine:?}:\n{text}"
+    );
+    assert_eq!(audit.accounts, 23, "{engine:?}:\n{text}");
 }

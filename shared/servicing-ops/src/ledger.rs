@@ -172,6 +172,42 @@ async fn read_accounts(
 /// Accounts' ledgers read at once.
 const ACCOUNTS_AT_ONCE: usize = 16;
 
+/// Which accounts the ledger's leg holds to servicing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accounts {
+    /// Those the money reconciliation's window touched (`read_accounts`): what the daily run
+    /// and `ledgerctl reconcile --money` read, whatever the table's history.
+    Touched,
+    /// Every account: every loan, sub-ledger and entry in one full read of the table (a
+    /// scan). An audit's answer (`ledgerctl reconcile --money --every-account`), never the
+    /// daily run's.
+    Every,
+}
+
+/// Every loan, sub-ledger and entry of the table (one scan pass).
+async fn read_every_account(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    report: &mut LedgerReconciliation,
+) -> anyhow::Result<(Vec<Item>, Vec<Item>, Vec<Item>)> {
+    let types = ["LOAN", SubLedgerRecord::ITEM_TYPE, EntryRecord::ITEM_TYPE];
+    let mut found = crate::scan_types(client, table, &types).await?;
+    let mut take = |item_type: &str| found.remove(item_type).unwrap_or_default();
+    let (loans, sub_ledgers, entries) = (
+        take("LOAN"),
+        take(SubLedgerRecord::ITEM_TYPE),
+        take(EntryRecord::ITEM_TYPE),
+    );
+    let accounts: BTreeSet<&str> = loans
+        .iter()
+        .chain(&sub_ledgers)
+        .chain(&entries)
+        .filter_map(|item| crate::text(item, "accountId"))
+        .collect();
+    report.accounts = accounts.len() as u64;
+    Ok((loans, sub_ledgers, entries))
+}
+
 /// Reconciles the ledger of `table` with servicing (`money`: the money reconciliation, its
 /// totals by source, currency and date and the accounts behind each) at `now` (epoch s); an
 /// account touched less than `grace_secs` ago is in flight, and so is a key one of its
@@ -183,9 +219,24 @@ pub async fn reconcile_ledger(
     now: i64,
     grace_secs: i64,
 ) -> anyhow::Result<LedgerReconciliation> {
+    reconcile_accounts(client, table, money, now, grace_secs, Accounts::Touched).await
+}
+
+/// [`reconcile_ledger`] over the `accounts` asked for.
+pub async fn reconcile_accounts(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    money: &MoneyReconciliation,
+    now: i64,
+    grace_secs: i64,
+    accounts: Accounts,
+) -> anyhow::Result<LedgerReconciliation> {
     let servicing = &money.totals;
     let mut report = LedgerReconciliation::default();
-    let (loans, sub_ledgers, entries) = read_accounts(client, table, money, &mut report).await?;
+    let (loans, sub_ledgers, entries) = match accounts {
+        Accounts::Touched => read_accounts(client, table, money, &mut report).await?,
+        Accounts::Every => read_every_account(client, table, &mut report).await?,
+    };
 
     let mut stored: BTreeMap<String, SubLedgerRecord> = BTreeMap::new();
     for item in sub_ledgers {

@@ -24,7 +24,9 @@ pub struct Carrier {
 }
 
 /// The records carrying events written in `[from, to)` (epoch s), optionally of one account:
-/// facts' records by `claimedAt`, the API's accepted commands by `createdAt`. One scan pass.
+/// facts' records by `claimedAt`, the API's accepted commands by `createdAt`. One scan pass,
+/// the one honest read here: the relay lists a batch in the record log before publishing it,
+/// so a batch it gave up on may be missing from the log as well as from the bus.
 pub async fn carriers(
     client: &aws_sdk_dynamodb::Client,
     table: &str,

@@ -41,6 +41,11 @@ pub struct ReconcileArgs {
     /// after it was created is named as stuck.
     #[arg(long, default_value_t = 60, requires = "money", value_parser = clap::value_parser!(i64).range(0..=24 * 60 * 30))]
     action_grace_minutes: i64,
+    /// With --money: hold the ledger of every account to servicing, not only of those the
+    /// window touched — an audit, and a full read of the table (a scan) that says so; the
+    /// daily run never makes it.
+    #[arg(long, requires = "money")]
+    every_account: bool,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -185,12 +190,19 @@ fn reconcile_money(args: &ReconcileArgs, target: &Target) -> anyhow::Result<bool
             println!("{line}");
         }
         // The third leg: what the ledger posted, against servicing (and so the settlements).
-        let ledger = servicing_ops::ledger::reconcile_ledger(
+        let accounts = if args.every_account {
+            println!("ledger: every account (a full read of the table)");
+            servicing_ops::ledger::Accounts::Every
+        } else {
+            servicing_ops::ledger::Accounts::Touched
+        };
+        let ledger = servicing_ops::ledger::reconcile_accounts(
             &target.dynamodb(),
             &target.table,
             &report,
             servicing_ops::epoch_seconds(),
             args.grace_minutes * 60,
+            accounts,
         )
         .await?;
         for line in ledger.lines() {

@@ -113,7 +113,9 @@ pub enum DlqCommand {
 #[derive(Debug, clap::Subcommand)]
 pub enum OutboxCommand {
     /// Publish again the events of the records written in [--from, --to): facts applied and
-    /// API payments accepted (those go to the servicing queue again: deduplicated there).
+    /// API payments accepted (those go to the servicing queue again: deduplicated there). A
+    /// full read of the table (a scan), on purpose: a batch the relay gave up on may be missing
+    /// from the record log too, so the log cannot say what it held.
     Republish {
         #[command(flatten)]
         queue: QueueArg,
