@@ -26,7 +26,8 @@ only through services (kms:ViaService; through Secrets Manager, Decrypt only, bo
 plain transport; the table has deletion protection. E9137: the evidence archive has its own KMS
 key, which only the break-glass role may disable, delete or re-police. E9138: the evidence
 queries run in a workgroup that enforces its settings and encrypts results with a KMS key, into a
-bucket that forgets them.
+bucket that forgets them. E9139 (issue #32): every API Gateway route is authorized, and an extra
+endpoint of a function (the optional JWT one) serves exactly its HttpApi events' routes.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
 whose oldest message ages (a stalled or retrying consumer), sustained retries, a quarantine alarm
@@ -1279,9 +1280,12 @@ CONSUMER_EVENTS = ("SQS", "DynamoDB", "Kinesis", "EventBridgeRule", "CloudWatchE
 RUNBOOK = ROOT / "docs" / "runbook.md"
 
 
-def alarms_on(cfn):
-    """The alarms created with the default parameters."""
-    return [(n, a) for n, a in resources(cfn, "AWS::CloudWatch::Alarm") if on_by_default(cfn, a)]
+def alarms_on(cfn, subject=None):
+    """The alarms created with the default parameters; with `subject` (a resource), also those
+    created under the very condition it is (an optional API's alarms exist with it)."""
+    under = (subject or {}).get("Condition")
+    return [(n, a) for n, a in resources(cfn, "AWS::CloudWatch::Alarm")
+            if on_by_default(cfn, a) or (under is not None and a.get("Condition") == under)]
 
 
 def metrics_of(alarm):
@@ -1331,8 +1335,8 @@ class ApiServerErrorsPage(ServicingRule):
 
     def match(self, cfn):
         out = []
-        alarms = alarms_on(cfn)
         for api in http_apis(cfn):
+            alarms = alarms_on(cfn, (cfn.template.get("Resources") or {}).get(api))
             reading = [(n, a) for n, a in alarms
                        if any(ns == APIGW and m == "5xx" and on_api(d, api) for ns, m, d, _ in metrics_of(a))]
             if not reading:
@@ -1355,8 +1359,8 @@ class ApiLatencyPages(ServicingRule):
 
     def match(self, cfn):
         out = []
-        alarms = alarms_on(cfn)
         for api in http_apis(cfn):
+            alarms = alarms_on(cfn, (cfn.template.get("Resources") or {}).get(api))
             reading = [(n, a) for n, a in alarms if any(ns == APIGW and m == "Latency" and on_api(d, api) for ns, m, d, _ in metrics_of(a))]
             faults = []
             for n, a in reading:
@@ -2021,4 +2025,46 @@ class EvidenceQueriesRunEncrypted(ServicingRule):
                     isinstance(r, dict) and r.get("ExpirationInDays") and r.get("Status") == "Enabled" for r in rules):
                 out.append(self.problem(["Resources", bucket_name, "Properties"],
                                         f"{bucket_name} holds query results: they must expire (a lifecycle ExpirationInDays) and never be locked"))
+        return out
+
+
+class EveryApiRouteIsAuthorizedAndServedAlike(ServicingRule):
+    id = "E9139"
+    shortdesc = "Each endpoint of a function serves its routes alike, each route authorized"
+    description = (
+        "Issue #32: the payments API took IAM callers only; an optional JWT endpoint is written "
+        "as API Gateway resources beside SAM's HttpApi. A route added to one endpoint and not the "
+        "other, or a route without an authorizer, is a hole nobody sees locally (MiniStack does "
+        "not enforce authorizers). Every AWS::ApiGatewayV2::Route has an AuthorizationType other "
+        "than NONE (JWT with an AuthorizerId), and the routes of an API whose integration invokes "
+        "a function are exactly that function's HttpApi events (method and path)."
+    )
+
+    def match(self, cfn):
+        out = []
+        by_api = {}
+        integrations = dict(resources(cfn, "AWS::ApiGatewayV2::Integration"))
+        for name, route in resources(cfn, "AWS::ApiGatewayV2::Route"):
+            p = props(route)
+            path = ["Resources", name, "Properties"]
+            kind = p.get("AuthorizationType", "NONE")
+            if kind == "NONE":
+                out.append(self.problem(path, f"{name}: a route without authorization (AuthorizationType NONE)"))
+            elif kind == "JWT" and not p.get("AuthorizerId"):
+                out.append(self.problem(path, f"{name}: AuthorizationType JWT names no AuthorizerId"))
+            target = sub_text(p.get("Target")) or ""
+            integration = next((i for i in integrations if f"${{{i}}}" in target), None)
+            if integration is None:
+                continue
+            function = logical_id(props(integrations[integration]).get("IntegrationUri"))
+            by_api.setdefault((logical_id(p.get("ApiId")), function), set()).add(p.get("RouteKey"))
+        fns = dict(functions(cfn))
+        for (api, function), keys in by_api.items():
+            if function not in fns:
+                continue
+            wanted = {f"{ev.get('Method', '').upper()} {ev.get('Path')}" for _, ev in events_of(fns[function], "HttpApi")}
+            if keys != wanted:
+                missing, extra = sorted(wanted - keys), sorted(keys - wanted)
+                out.append(self.problem(["Resources", api],
+                                        f"{api} serves {function} unlike its HttpApi events: missing {missing}, extra {extra}"))
         return out
