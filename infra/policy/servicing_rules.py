@@ -2068,3 +2068,36 @@ class EveryApiRouteIsAuthorizedAndServedAlike(ServicingRule):
                 out.append(self.problem(["Resources", api],
                                         f"{api} serves {function} unlike its HttpApi events: missing {missing}, extra {extra}"))
         return out
+
+
+class RulesUseOnlyRuleFunctions(ServicingRule):
+    id = "E9140"
+    shortdesc = "The Rules section uses only rule functions"
+    description = (
+        "Issue #32: an assertion written with Fn::Join (to test a list parameter for emptiness) "
+        "passed cfn-lint and every local check, and CloudFormation refused the whole stack: the "
+        "Rules section takes only Ref and the rule functions (Fn::And, Fn::Contains, "
+        "Fn::EachMemberEquals, Fn::EachMemberIn, Fn::Equals, Fn::Not, Fn::Or, Fn::RefAll, "
+        "Fn::ValueOf, Fn::ValueOfAll)."
+    )
+    allowed = {
+        "Ref", "Fn::And", "Fn::Contains", "Fn::EachMemberEquals", "Fn::EachMemberIn", "Fn::Equals",
+        "Fn::Not", "Fn::Or", "Fn::RefAll", "Fn::ValueOf", "Fn::ValueOfAll",
+    }
+
+    def match(self, cfn):
+        out = []
+
+        def walk(value, path):
+            if isinstance(value, dict):
+                for key, inner in value.items():
+                    if (key == "Ref" or key.startswith("Fn::")) and key not in self.allowed:
+                        out.append(self.problem(path, f"{'/'.join(map(str, path[1:]))}: {key} is not a rule function"))
+                    walk(inner, path + [key])
+            elif isinstance(value, list):
+                for i, inner in enumerate(value):
+                    walk(inner, path + [i])
+
+        for name, rule in (cfn.template.get("Rules") or {}).items():
+            walk(rule, ["Rules", name])
+        return out
