@@ -512,6 +512,21 @@ async fn past_payments(
     }
 }
 
+/// Today's facts: three accounts opened and paid.
+async fn the_day(handler: &account_state::AccountStateHandler) {
+    for i in 0..3 {
+        let a = format!("acc_day_{i}");
+        process(
+            handler,
+            &[
+                (&format!("{a}-o"), open(&a)),
+                (&format!("{a}-p"), pay(&a, &format!("{a}-pay"), 20, 1_000)),
+            ],
+        )
+        .await;
+    }
+}
+
 /// The window's reconciliation and the money's read the window's records through the record
 /// log (the relay keeps it from the stream; records written before it, the one-off backfill
 /// lists), and the business dates their money moved on: no scan, and no record of the past
@@ -520,18 +535,7 @@ async fn when_a_window_is_reconciled_should_read_its_records_through_the_record_
     engine: Engine,
 ) {
     let servicing = Servicing::new(engine).await;
-    let handler = servicing.handler();
-    for i in 0..3 {
-        let a = format!("acc_day_{i}");
-        process(
-            &handler,
-            &[
-                (&format!("{a}-o"), open(&a)),
-                (&format!("{a}-p"), pay(&a, &format!("{a}-pay"), 20, 1_000)),
-            ],
-        )
-        .await;
-    }
+    the_day(&servicing.handler()).await;
     let template = servicing
         .claims()
         .await
@@ -682,18 +686,7 @@ async fn when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_
     engine: Engine,
 ) {
     let servicing = Servicing::new(engine).await;
-    let handler = servicing.handler();
-    for i in 0..3 {
-        let a = format!("acc_day_{i}");
-        process(
-            &handler,
-            &[
-                (&format!("{a}-o"), open(&a)),
-                (&format!("{a}-p"), pay(&a, &format!("{a}-pay"), 20, 1_000)),
-            ],
-        )
-        .await;
-    }
+    the_day(&servicing.handler()).await;
     let ledger = crate::ledger::ledger_handler(&servicing);
     let envelopes = crate::ledger::published(&servicing).await;
     crate::ledger::post_all(
