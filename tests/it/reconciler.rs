@@ -55,21 +55,43 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
         ledger_close_lag_days: 1,
     };
     let store = servicing.store("account-state");
-    // Past the grace: the account is not in flight.
-    let found_at = servicing_ops::epoch_seconds() + 2 * 3600;
-    let run_on = |day: i64| {
+    let run_at = |at: i64| {
         let (servicing, config, store, sqs) = (&servicing, &config, &store, &sqs);
         async move {
             servicing.keep_record_log().await;
-            ::reconciler::run_at(config, store, sqs, found_at + day * 86_400)
+            ::reconciler::run_at(config, store, sqs, at)
                 .await
                 .expect("run")
         }
     };
+    // Within the grace the account is in flight: its differences are deferred, not problems,
+    // and nothing is closed over them; the run's mark stays.
+    let started = servicing_ops::epoch_seconds();
+    let in_flight = run_at(started + 60).await;
+    assert_eq!(
+        (&in_flight["holds"], &in_flight["ledgerClosedThrough"]),
+        (&true.into(), &Value::Null),
+        "{in_flight:#}"
+    );
+    assert!(
+        in_flight["ledgerDeferred"].to_string().contains(a),
+        "{in_flight:#}"
+    );
+    let first_from = in_flight["ledgerReadFrom"].clone();
+
+    // Past the grace: a problem, read from the first run's mark.
+    let found_at = started + 2 * 3600;
+    let run_on = |day: i64| run_at(found_at + day * 86_400);
     let found = run_on(0).await;
-    assert_eq!(found["holds"], false, "{found:#}");
-    assert!(found["ledgerClosedThrough"].is_null(), "{found:#}");
-    let found_from = found["ledgerReadFrom"].clone();
+    assert_eq!(
+        (
+            &found["holds"],
+            &found["ledgerClosedThrough"],
+            &found["ledgerReadFrom"]
+        ),
+        (&false.into(), &Value::Null, &first_from),
+        "{found:#}"
+    );
 
     // A day later the window names nothing of the account: the problem is still there.
     let next_day = run_on(1).await;
@@ -79,7 +101,7 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
             &next_day["ledgerClosedThrough"],
             &next_day["ledgerReadFrom"]
         ),
-        (&false.into(), &Value::Null, &found_from),
+        (&false.into(), &Value::Null, &first_from),
         "{next_day:#}"
     );
     assert!(
@@ -92,7 +114,7 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
     let posted = run_on(2).await;
     assert_eq!(
         (&posted["holds"], &posted["ledgerReadFrom"]),
-        (&true.into(), &found_from),
+        (&true.into(), &first_from),
         "{posted:#}"
     );
     assert!(posted["ledgerClosedThrough"].is_string(), "{posted:#}");
@@ -101,6 +123,44 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
         after["ledgerReadFrom"],
         found_at + 3 * 86_400 - 3 * 3600,
         "{after:#}"
+    );
+
+    // A mark older than the reach (here: set by hand): the run reads a week back, says so,
+    // and closes nothing, until an operator's close moves the mark past the days it vouches for.
+    let day_4 = found_at + 4 * 86_400;
+    store
+        .mark_ledger_unreconciled(day_4 - 10 * 86_400)
+        .await
+        .expect("marked");
+    let stuck = run_at(day_4).await;
+    assert_eq!(
+        (
+            &stuck["holds"],
+            &stuck["ledgerClosedThrough"],
+            &stuck["ledgerReadFrom"]
+        ),
+        (
+            &false.into(),
+            &Value::Null,
+            &(day_4 - servicing_ops::ledger::REACH_DAYS * 86_400).into()
+        ),
+        "{stuck:#}"
+    );
+    assert!(
+        stuck["problems"].to_string().contains("beyond the 7 days"),
+        "{stuck:#}"
+    );
+    assert!(
+        store
+            .move_ledger_mark_past(day_4 - 86_400)
+            .await
+            .expect("moved")
+    );
+    let closed = run_at(day_4 + 1).await;
+    assert_eq!(
+        (&closed["holds"], &closed["ledgerReadFrom"]),
+        (&true.into(), &(day_4 - 86_400).into()),
+        "{closed:#}"
     );
 }
 

@@ -148,6 +148,38 @@ pub async fn run_at(
     }
     let window_secs = config.window_hours as i64 * 3600;
     let window = (now - window_secs, now + 1);
+    // The money and the ledger are read from the earliest window not yet read through to a
+    // settled ledger (a run that found a problem, deferred one or did not finish left its
+    // mark), at most `ledger::REACH_DAYS` back: a problem stays reported, and the books open,
+    // until a run that covers it holds. Marked before anything is read, so a run that fails
+    // or times out leaves the mark too.
+    let reach = now - servicing_ops::ledger::REACH_DAYS * 86_400;
+    let mut ledger_blocked = false;
+    let from = match store.ledger_unreconciled_since().await {
+        Ok(None) => window.0,
+        Ok(Some(since)) if since >= reach => since.min(window.0),
+        Ok(Some(since)) => {
+            ledger_blocked = true;
+            problems.push(format!(
+                "the ledger has not reconciled since {}, beyond the {} days a run reads again: reconcile those days by hand (ledgerctl reconcile --money --hours N) and close them (ledgerctl ledger close --through D), which moves the mark past D",
+                servicing_ops::iso(since),
+                servicing_ops::ledger::REACH_DAYS
+            ));
+            reach.min(window.0)
+        }
+        Err(e) => {
+            ledger_blocked = true;
+            problems.push(format!(
+                "cannot read where the ledger last did not reconcile: {e}"
+            ));
+            window.0
+        }
+    };
+    let money_window = (from, window.1);
+    if let Err(e) = store.mark_ledger_unreconciled(from).await {
+        ledger_blocked = true;
+        problems.push(format!("cannot mark the ledger as read from {from}: {e}"));
+    }
     let report = servicing_ops::reconcile::reconcile(
         store.client(),
         &config.table,
@@ -160,14 +192,6 @@ pub async fn run_at(
         tracing::info!(line, "reconciliation");
     }
     problems.extend(report.problems.iter().cloned());
-    // The money and the ledger are read from where the ledger last did not reconcile, when
-    // that is before the window: a problem stays reported, and the books open, until a run
-    // that covers it holds (not only on the day it was found).
-    let unreconciled_since = store.ledger_unreconciled_since().await?;
-    let money_window = (
-        unreconciled_since.map_or(window.0, |since| since.min(window.0)),
-        window.1,
-    );
     // The money: accepted API payments applied, actions settled (ready facts were handled above).
     let money = servicing_ops::money::reconcile_money(
         store.client(),
@@ -200,16 +224,11 @@ pub async fn run_at(
             "the ledger does not reconcile"
         );
     }
-    let marked = if ledger.holds() {
-        store.mark_ledger_reconciled(money_window.0).await
-    } else {
-        store.mark_ledger_unreconciled(money_window.0).await
-    };
-    if let Err(e) = marked {
-        problems.push(format!(
-            "cannot record whether the ledger reconciles from {}: {e}",
-            money_window.0
-        ));
+    // Settled: it holds, with nothing deferred while in flight; only then does the mark go
+    // and a period close.
+    let settled = ledger.settled() && !ledger_blocked;
+    if settled && let Err(e) = store.mark_ledger_reconciled(from).await {
+        problems.push(format!("cannot clear the ledger's mark from {from}: {e}"));
     }
     // The daily close: only books that reconcile are closed; a later event dated in a closed
     // day is posted to the first open one (docs/ledger.md).
@@ -217,7 +236,7 @@ pub async fn run_at(
         .map(|t| t.date_naive())
         .and_then(|d| d.checked_sub_days(chrono::Days::new(config.ledger_close_lag_days)));
     let ledger_closed = match through {
-        Some(through) if config.ledger_close_lag_days > 0 && ledger.holds() => {
+        Some(through) if config.ledger_close_lag_days > 0 && settled => {
             match store.close_ledger_period(through).await {
                 Ok(true) => Some(through.to_string()),
                 Ok(false) => None,
@@ -275,6 +294,8 @@ pub async fn run_at(
         // A suspected duplicate new in the window needs a person: the run does not hold.
         "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty() && counts.suspected_duplicates == 0 && ledger.holds(),
         "ledgerProblems": ledger.problems,
+        // Differences of accounts in flight: not problems yet, but nothing is closed over them.
+        "ledgerDeferred": ledger.deferred,
         // Where the money and the ledger were read from (before the window: where the ledger
         // last did not reconcile).
         "ledgerReadFrom": money_window.0,

@@ -152,7 +152,7 @@ pub async fn record_log(store: &ServicingStore, dry_run: bool) -> anyhow::Result
                 done.ledger_items += 1;
             }
             Err(_) => {
-                log.add_ledger_key(&pk, now);
+                log.add_ledger_key(&pk, EntryRecord::ITEM_TYPE, now);
                 done.undecodable_ledger_items += 1;
             }
         }
@@ -165,7 +165,7 @@ pub async fn record_log(store: &ServicingStore, dry_run: bool) -> anyhow::Result
                 done.ledger_items += 1;
             }
             Err(_) => {
-                log.add_ledger_key(&pk, now);
+                log.add_ledger_key(&pk, SubLedgerRecord::ITEM_TYPE, now);
                 done.undecodable_ledger_items += 1;
             }
         }

@@ -59,12 +59,29 @@ pub struct LedgerReconciliation {
     pub by_key: BTreeMap<Key, (Totals, Posted)>,
     /// Accounts touched within the grace (their differences are not problems yet).
     pub in_flight: Vec<String>,
+    /// Differences not reported as problems because an account of theirs is in flight: they
+    /// may settle within the grace, or may not — nothing is closed over them.
+    pub deferred: Vec<String>,
     pub problems: Vec<String>,
 }
 
 impl LedgerReconciliation {
     pub fn holds(&self) -> bool {
         self.problems.is_empty()
+    }
+
+    /// Holds with nothing deferred: what a period may be closed over.
+    pub fn settled(&self) -> bool {
+        self.holds() && self.deferred.is_empty()
+    }
+
+    /// A difference: a problem, or — while one of its accounts is in flight — deferred.
+    fn differs(&mut self, in_flight: bool, what: String) {
+        if in_flight {
+            self.deferred.push(what);
+        } else {
+            self.problems.push(what);
+        }
     }
 
     pub fn lines(&self) -> Vec<String> {
@@ -103,6 +120,9 @@ impl LedgerReconciliation {
         }
         for account in &self.in_flight {
             out.push(format!("  in flight (touched within the grace): {account}"));
+        }
+        for difference in &self.deferred {
+            out.push(format!("  deferred while in flight: {difference}"));
         }
         out.extend(self.problems.iter().map(|p| format!("LEDGER PROBLEM: {p}")));
         out.push(
@@ -168,6 +188,12 @@ async fn read_accounts(
     }
     Ok((loans, sub_ledgers, entries))
 }
+
+/// How far back the daily reconciler reads the money and the ledger again, at most, while the
+/// ledger has not settled (`LEDGER_RECONCILIATION`'s mark): a week of the daily volume bounds
+/// its run, whatever the table's history; beyond it the run says so every day and closes
+/// nothing until an operator closes by hand.
+pub const REACH_DAYS: i64 = 7;
 
 /// Accounts' ledgers read at once.
 const ACCOUNTS_AT_ONCE: usize = 16;
@@ -354,16 +380,17 @@ pub async fn reconcile_accounts(
             .entry(payment)
             .or_default()
             .push(&reversal.entry_id);
-        let why = match by_id.get(payment) {
-            Some(original) => reversal.fails_to_undo(original),
+        match by_id.get(payment) {
+            Some(original) => report.problems.extend(reversal.fails_to_undo(original)),
             // Postings commute: the payment's may follow within the grace.
-            None if in_flight.contains(reversal.account_id.as_str()) => None,
-            None => Some(format!(
-                "reversal entry {} on {} reverses {payment}, which the ledger never posted",
-                reversal.entry_id, reversal.account_id
-            )),
-        };
-        report.problems.extend(why);
+            None => report.differs(
+                in_flight.contains(reversal.account_id.as_str()),
+                format!(
+                    "reversal entry {} on {} reverses {payment}, which the ledger never posted",
+                    reversal.entry_id, reversal.account_id
+                ),
+            ),
+        }
     }
     // A payment is reversed once (servicing refuses a second reversal): two entries undoing it
     // would give its cash back twice.
@@ -378,8 +405,8 @@ pub async fn reconcile_accounts(
     for (account, record) in &stored {
         report.sub_ledgers += 1;
         let sum = summed.get(account).cloned().unwrap_or_default();
-        if sum != record.sub_ledger() && !in_flight.contains(account) {
-            report.problems.push(format!(
+        if sum != record.sub_ledger() {
+            report.differs(in_flight.contains(account), format!(
                 "sub-ledger {account}: stored balances {:?} ({} entries) are not the sum of its entries {:?} ({} entries)",
                 record.balances, record.entries, sum.balances, sum.entries
             ));
@@ -391,13 +418,11 @@ pub async fn reconcile_accounts(
                 .or_default() += record.sub_ledger().trial_balance();
         }
     }
-    for account in summed
-        .keys()
-        .filter(|a| !stored.contains_key(*a) && !in_flight.contains(*a))
-    {
-        report.problems.push(format!(
-            "entries posted on {account}, which has no sub-ledger"
-        ));
+    for account in summed.keys().filter(|a| !stored.contains_key(*a)) {
+        report.differs(
+            in_flight.contains(account),
+            format!("entries posted on {account}, which has no sub-ledger"),
+        );
     }
     for (currency, total) in &report.trial_balance {
         if *total != 0 {
@@ -424,12 +449,13 @@ pub async fn reconcile_accounts(
         }
     }
     for (id, found) in differences {
-        if !in_flight.contains(&id) {
-            report.problems.push(format!(
+        report.differs(
+            in_flight.contains(&id),
+            format!(
                 "sub-ledger {id} differs from servicing: {}",
                 found.join("; ")
-            ));
-        }
+            ),
+        );
     }
 
     // The business dates the money reconciliation totalled (each whole); others it did not read.
@@ -444,9 +470,9 @@ pub async fn reconcile_accounts(
         let settled = key_accounts
             .get(key)
             .is_none_or(|accounts| accounts.is_disjoint(&in_flight));
-        if (s.applied_minor, s.reversed_minor) != (p.received_minor, p.returned_minor) && settled {
+        if (s.applied_minor, s.reversed_minor) != (p.received_minor, p.returned_minor) {
             let (source, currency, date) = key;
-            report.problems.push(format!(
+            report.differs(!settled, format!(
                 "{source} {currency} {date}: servicing applied {} less reversed {}, the ledger posted {} less {}",
                 minor(s.applied_minor),
                 minor(s.reversed_minor),

@@ -419,6 +419,25 @@ impl ServicingStore {
         crate::errors::conditional_update(result).map(|_| ())
     }
 
+    /// An operator closed the books through the day ending at `until` (epoch s): a mark before
+    /// it moves to it (the days closed are vouched for; what came after is read again).
+    pub async fn move_ledger_mark_past(&self, until: i64) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(unreconciled_key())))
+            .update_expression("SET #since = :until, #at = :now")
+            .condition_expression("#since < :until")
+            .expression_attribute_names("#since", UNRECONCILED_SINCE)
+            .expression_attribute_names("#at", "movedAt")
+            .expression_attribute_values(":until", n(until))
+            .expression_attribute_values(":now", n(now_epoch().0))
+            .send()
+            .await;
+        crate::errors::conditional_update(result)
+    }
+
     /// A run reading from `from` held: a mark it covered (at or after `from`) goes; an earlier
     /// one (a concurrent run's) stays.
     pub async fn mark_ledger_reconciled(&self, from: i64) -> Result<(), StoreError> {

@@ -181,15 +181,18 @@ impl RecordLog {
         self.list_cash(&entry.account_id, &entry.posting, written_at);
     }
 
-    /// Adds a ledger item that does not decode, read from the table (a one-off listing), by its
-    /// key (`LEDGER#<account>`) under the hour and the date of `listed_at` (epoch s): the next
-    /// reconciliation reads its account and reports it.
-    pub fn add_ledger_key(&mut self, pk: &str, listed_at: i64) {
+    /// Adds a ledger item of `item_type` that does not decode, read from the table (a one-off
+    /// listing), by its key (`LEDGER#<account>`) under the hour of `listed_at` (epoch s), and
+    /// an entry under its date too, as the relay lists one: the next reconciliation reads its
+    /// account and reports it.
+    pub fn add_ledger_key(&mut self, pk: &str, item_type: &str, listed_at: i64) {
         let Some(account) = pk.strip_prefix("LEDGER#") else {
             return;
         };
         self.list_ledger(account, listed_at);
-        self.list_cash(account, "", listed_at);
+        if item_type == EntryRecord::ITEM_TYPE {
+            self.list_cash(account, "", listed_at);
+        }
     }
 
     /// Adds an account's balances read from the table (a one-off listing), under the hour of

@@ -81,6 +81,16 @@ pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::R
                 }
                 if store.close_ledger_period(*through).await? {
                     println!("ledger closed through {through} (by {operator})");
+                    // The daily run's mark, if before: the days closed are vouched for.
+                    let end = through
+                        .succ_opt()
+                        .and_then(|d| d.and_hms_opt(0, 0, 0))
+                        .map(|t| t.and_utc().timestamp());
+                    if let Some(end) = end
+                        && store.move_ledger_mark_past(end).await?
+                    {
+                        println!("the daily run reads the ledger again from {}", servicing_ops::iso(end));
+                    }
                     Ok(true)
                 } else {
                     println!(
