@@ -161,7 +161,7 @@ pub async fn run_at(
         Ok(Some(since)) => {
             ledger_blocked = true;
             problems.push(format!(
-                "the ledger has not reconciled since {}, beyond the {} days a run reads again: reconcile those days by hand (ledgerctl reconcile --money --hours N) and close them (ledgerctl ledger close --through D), which moves the mark past D",
+                "the ledger has not reconciled since {}, beyond the {} days a run reads again: reconcile those days by hand (ledgerctl reconcile --money --hours N) and close them (ledgerctl ledger close --through <day>), which moves the mark past that day",
                 servicing_ops::iso(since),
                 servicing_ops::ledger::REACH_DAYS
             ));
