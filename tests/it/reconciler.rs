@@ -65,12 +65,16 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
         }
     };
     // Within the grace the account is in flight: its differences are deferred, not problems,
-    // and nothing is closed over them; the run's mark stays.
+    // and nothing is closed over them; the stack's first run starts the mark at its window.
     let started = servicing_ops::epoch_seconds();
     let in_flight = run_at(started + 60).await;
     assert_eq!(
-        (&in_flight["holds"], &in_flight["ledgerClosedThrough"]),
-        (&true.into(), &Value::Null),
+        (
+            &in_flight["holds"],
+            &in_flight["ledgerSettled"],
+            &in_flight["ledgerClosedThrough"]
+        ),
+        (&true.into(), &false.into(), &Value::Null),
         "{in_flight:#}"
     );
     assert!(
@@ -78,8 +82,9 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
         "{in_flight:#}"
     );
     let first_from = in_flight["ledgerReadFrom"].clone();
+    assert_eq!(first_from, started + 60 - 3 * 3600, "{in_flight:#}");
 
-    // Past the grace: a problem, read from the first run's mark.
+    // Past the grace: a problem, read from the mark.
     let found_at = started + 2 * 3600;
     let run_on = |day: i64| run_at(found_at + day * 86_400);
     let found = run_on(0).await;
@@ -109,30 +114,40 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
         "{next_day:#}"
     );
 
-    // Posted at last: the run that covers it holds and closes, and the next reads its window.
+    // Posted at last: the run that covers it settles and closes; the next reads from where it
+    // settled (short of the grace: what was in flight then is read again).
     crate::ledger::post_all(&ledger, &payments, &mut rng, "p").await;
     let posted = run_on(2).await;
     assert_eq!(
-        (&posted["holds"], &posted["ledgerReadFrom"]),
-        (&true.into(), &first_from),
+        (
+            &posted["holds"],
+            &posted["ledgerSettled"],
+            &posted["ledgerReadFrom"]
+        ),
+        (&true.into(), &true.into(), &first_from),
         "{posted:#}"
     );
     assert!(posted["ledgerClosedThrough"].is_string(), "{posted:#}");
     let after = run_on(3).await;
     assert_eq!(
         after["ledgerReadFrom"],
-        found_at + 3 * 86_400 - 3 * 3600,
+        found_at + 2 * 86_400 - 15 * 60,
         "{after:#}"
     );
 
-    // A mark older than the reach (here: set by hand): the run reads a week back, says so,
-    // and closes nothing, until an operator's close moves the mark past the days it vouches for.
-    let day_4 = found_at + 4 * 86_400;
-    store
-        .mark_ledger_unreconciled(day_4 - 10 * 86_400)
-        .await
-        .expect("marked");
-    let stuck = run_at(day_4).await;
+    // A missed day (the schedule's delivery failed: no run, no mark): the next run reads
+    // back to the last settled one.
+    let after_miss = run_on(5).await;
+    assert_eq!(
+        after_miss["ledgerReadFrom"],
+        found_at + 3 * 86_400 - 15 * 60,
+        "{after_miss:#}"
+    );
+
+    // Not settled for longer than the reach (days without a run): the run reads a week back,
+    // says so, and closes nothing, until an operator vouches for the days before.
+    let day_20 = found_at + 20 * 86_400;
+    let stuck = run_at(day_20).await;
     assert_eq!(
         (
             &stuck["holds"],
@@ -142,8 +157,13 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
         (
             &false.into(),
             &Value::Null,
-            &(day_4 - servicing_ops::ledger::REACH_DAYS * 86_400).into()
+            &(day_20 - servicing_ops::ledger::REACH_DAYS * 86_400).into()
         ),
+        "{stuck:#}"
+    );
+    assert_eq!(
+        (&stuck["ledgerProblems"], &stuck["ledgerDeferred"]),
+        (&serde_json::json!([]), &serde_json::json!([])),
         "{stuck:#}"
     );
     assert!(
@@ -152,16 +172,21 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
     );
     assert!(
         store
-            .move_ledger_mark_past(day_4 - 86_400)
+            .advance_ledger_settled(day_20 - 2 * 86_400, Some("operator"))
             .await
-            .expect("moved")
+            .expect("vouched")
     );
-    let closed = run_at(day_4 + 1).await;
+    let vouched = run_at(day_20 + 1).await;
     assert_eq!(
-        (&closed["holds"], &closed["ledgerReadFrom"]),
-        (&true.into(), &(day_4 - 86_400).into()),
-        "{closed:#}"
+        (
+            &vouched["holds"],
+            &vouched["ledgerSettled"],
+            &vouched["ledgerReadFrom"]
+        ),
+        (&true.into(), &true.into(), &(day_20 - 2 * 86_400).into()),
+        "{vouched:#}"
     );
+    assert!(vouched["ledgerClosedThrough"].is_string(), "{vouched:#}");
 }
 
 /// Issue 32: a suspected duplicate (same account, amount, currency and time under another

@@ -148,38 +148,42 @@ pub async fn run_at(
     }
     let window_secs = config.window_hours as i64 * 3600;
     let window = (now - window_secs, now + 1);
-    // The money and the ledger are read from the earliest window not yet read through to a
-    // settled ledger (a run that found a problem, deferred one or did not finish left its
-    // mark), at most `ledger::REACH_DAYS` back: a problem stays reported, and the books open,
-    // until a run that covers it holds. Marked before anything is read, so a run that fails
-    // or times out leaves the mark too.
+    // The money and the ledger are read from where a run last saw the ledger settled, when
+    // that is before the window: a problem found once, a run that failed or never ran, is read
+    // again until a run that covers it settles — at most `ledger::REACH_DAYS` back, so the run
+    // stays bounded by a week's volume, whatever the table's history.
     let reach = now - servicing_ops::ledger::REACH_DAYS * 86_400;
     let mut ledger_blocked = false;
-    let from = match store.ledger_unreconciled_since().await {
-        Ok(None) => window.0,
-        Ok(Some(since)) if since >= reach => since.min(window.0),
-        Ok(Some(since)) => {
+    let settled_through = store.ledger_settled_through().await;
+    let from = match &settled_through {
+        // The stack's first run: the mark starts at its window (nothing before is known).
+        Ok(None) => {
+            if let Err(e) = store.advance_ledger_settled(window.0, None).await {
+                ledger_blocked = true;
+                problems.push(format!("cannot start the ledger's mark: {e}"));
+            }
+            window.0
+        }
+        Ok(Some(through)) if *through >= reach => (*through).min(window.0),
+        Ok(Some(through)) => {
             ledger_blocked = true;
+            let vouch_from = chrono::DateTime::from_timestamp(reach, 0)
+                .map(|t| t.date_naive().to_string())
+                .unwrap_or_default();
             problems.push(format!(
-                "the ledger has not reconciled since {}, beyond the {} days a run reads again: reconcile those days by hand (ledgerctl reconcile --money --hours N) and close them (ledgerctl ledger close --through <day>), which moves the mark past that day",
-                servicing_ops::iso(since),
+                "the ledger has not settled since {}, beyond the {} days a run reads again: reconcile those days by hand (ledgerctl reconcile --money --hours N), then vouch for them (ledgerctl ledger close --through <day> --vouch, a day from {vouch_from} on); no period is closed until then",
+                servicing_ops::iso(*through),
                 servicing_ops::ledger::REACH_DAYS
             ));
             reach.min(window.0)
         }
         Err(e) => {
             ledger_blocked = true;
-            problems.push(format!(
-                "cannot read where the ledger last did not reconcile: {e}"
-            ));
+            problems.push(format!("cannot read where the ledger last settled: {e}"));
             window.0
         }
     };
     let money_window = (from, window.1);
-    if let Err(e) = store.mark_ledger_unreconciled(from).await {
-        ledger_blocked = true;
-        problems.push(format!("cannot mark the ledger as read from {from}: {e}"));
-    }
     let report = servicing_ops::reconcile::reconcile(
         store.client(),
         &config.table,
@@ -224,11 +228,15 @@ pub async fn run_at(
             "the ledger does not reconcile"
         );
     }
-    // Settled: it holds, with nothing deferred while in flight; only then does the mark go
-    // and a period close.
+    // Settled: it holds, with nothing deferred while in flight; only then does the mark move
+    // (short of the grace: what was in flight is read again) and a period close.
     let settled = ledger.settled() && !ledger_blocked;
-    if settled && let Err(e) = store.mark_ledger_reconciled(from).await {
-        problems.push(format!("cannot clear the ledger's mark from {from}: {e}"));
+    let grace = servicing_ops::money::Grace::default().accepted_secs;
+    if settled && let Err(e) = store.advance_ledger_settled(now - grace, None).await {
+        problems.push(format!(
+            "cannot record the ledger settled through {}: {e}",
+            servicing_ops::iso(now - grace)
+        ));
     }
     // The daily close: only books that reconcile are closed; a later event dated in a closed
     // day is posted to the first open one (docs/ledger.md).
@@ -296,9 +304,10 @@ pub async fn run_at(
         "ledgerProblems": ledger.problems,
         // Differences of accounts in flight: not problems yet, but nothing is closed over them.
         "ledgerDeferred": ledger.deferred,
-        // Where the money and the ledger were read from (before the window: where the ledger
-        // last did not reconcile).
+        // Where the money and the ledger were read from (before the window: where a run last
+        // saw the ledger settled), and whether this run moved that mark.
         "ledgerReadFrom": money_window.0,
+        "ledgerSettled": settled,
         "ledgerClosedThrough": ledger_closed,
         "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
         "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),

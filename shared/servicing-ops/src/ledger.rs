@@ -125,14 +125,16 @@ impl LedgerReconciliation {
             out.push(format!("  deferred while in flight: {difference}"));
         }
         out.extend(self.problems.iter().map(|p| format!("LEDGER PROBLEM: {p}")));
-        out.push(
-            if self.holds() {
-                "ledger reconciles"
-            } else {
-                "ledger does NOT reconcile"
-            }
-            .into(),
-        );
+        out.push(if !self.holds() {
+            "ledger does NOT reconcile".into()
+        } else if self.deferred.is_empty() {
+            "ledger reconciles".into()
+        } else {
+            format!(
+                "ledger holds, {} differences deferred while in flight: not settled",
+                self.deferred.len()
+            )
+        });
         out
     }
 }
@@ -224,11 +226,16 @@ async fn read_every_account(
         take(SubLedgerRecord::ITEM_TYPE),
         take(EntryRecord::ITEM_TYPE),
     );
+    // By key: an item that does not decode still names its account.
     let accounts: BTreeSet<&str> = loans
         .iter()
         .chain(&sub_ledgers)
         .chain(&entries)
-        .filter_map(|item| crate::text(item, "accountId"))
+        .filter_map(|item| crate::text(item, items::PK))
+        .filter_map(|pk| {
+            pk.strip_prefix("LOAN#")
+                .or_else(|| pk.strip_prefix("LEDGER#"))
+        })
         .collect();
     report.accounts = accounts.len() as u64;
     Ok((loans, sub_ledgers, entries))

@@ -373,88 +373,58 @@ impl ServicingStore {
     }
 }
 
-/// The daily reconciliation's mark on a ledger that did not reconcile: the start (epoch s) of
-/// the earliest window it was found not to. Each run re-reads from there, so a problem stays
-/// reported, and the books stay open, until a run that covers it holds: a problem is never
-/// left behind by a window that moved on.
-fn unreconciled_key() -> (String, String) {
-    (
-        "LEDGER_RECONCILIATION".to_owned(),
-        "UNRECONCILED".to_owned(),
-    )
+/// Where the daily reconciliation last saw the ledger settled: `settledThrough` (epoch s), the
+/// time up to which a run read the money and the ledger and found them settled (less the grace
+/// of the accounts then in flight). Each run reads from there when it is before its window, so
+/// a problem found once, a run that failed, timed out or never ran, is read again until a run
+/// that covers it settles: nothing moves it but a settled run, or an operator who vouches.
+fn settled_key() -> (String, String) {
+    ("LEDGER_RECONCILIATION".to_owned(), "SETTLED".to_owned())
 }
-const UNRECONCILED_SINCE: &str = "unreconciledSince";
+const SETTLED_THROUGH: &str = "settledThrough";
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct UnreconciledRecord {
-    unreconciled_since: Option<i64>,
+struct SettledRecord {
+    settled_through: Option<i64>,
 }
 
 impl ServicingStore {
-    /// Since when (epoch s) the ledger has not reconciled, if it has not.
-    pub async fn ledger_unreconciled_since(&self) -> Result<Option<i64>, StoreError> {
-        let mark: Option<UnreconciledRecord> = self.get_record(unreconciled_key()).await?;
-        Ok(mark.and_then(|m| m.unreconciled_since))
+    /// Up to when (epoch s) the daily reconciliation last saw the ledger settled, if ever.
+    pub async fn ledger_settled_through(&self) -> Result<Option<i64>, StoreError> {
+        let mark: Option<SettledRecord> = self.get_record(settled_key()).await?;
+        Ok(mark.and_then(|m| m.settled_through))
     }
 
-    /// A run reading from `since` did not hold: the mark keeps the earliest such start.
-    pub async fn mark_ledger_unreconciled(&self, since: i64) -> Result<(), StoreError> {
-        let result = self
+    /// Moves `settledThrough` forward to `through` (never back: a slower concurrent run keeps
+    /// the later one). `vouched_by`: an operator who vouches for the days before it, recorded
+    /// on the item; `None` for a settled run. `false`: it was there already.
+    pub async fn advance_ledger_settled(
+        &self,
+        through: i64,
+        vouched_by: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let request = self
             .client
             .update_item()
             .table_name(&self.config.table)
-            .set_key(Some(items::key_item(unreconciled_key())))
-            .update_expression("SET #since = :since, #at = :now, #type = :type")
-            .condition_expression("attribute_not_exists(#since) OR #since > :since")
-            .expression_attribute_names("#since", UNRECONCILED_SINCE)
-            .expression_attribute_names("#at", "markedAt")
+            .set_key(Some(items::key_item(settled_key())))
+            .condition_expression("attribute_not_exists(#through) OR #through < :through")
+            .expression_attribute_names("#through", SETTLED_THROUGH)
+            .expression_attribute_names("#at", "settledAt")
             .expression_attribute_names("#type", items::ITEM_TYPE)
-            .expression_attribute_values(":since", n(since))
+            .expression_attribute_values(":through", n(through))
             .expression_attribute_values(":now", n(now_epoch().0))
-            .expression_attribute_values(":type", s("LEDGER_RECONCILIATION"))
-            .send()
-            .await;
-        // Refused: an earlier start is marked already, and stays.
-        crate::errors::conditional_update(result).map(|_| ())
-    }
-
-    /// An operator closed the books through the day ending at `until` (epoch s): a mark before
-    /// it moves to it (the days closed are vouched for; what came after is read again).
-    pub async fn move_ledger_mark_past(&self, until: i64) -> Result<bool, StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.config.table)
-            .set_key(Some(items::key_item(unreconciled_key())))
-            .update_expression("SET #since = :until, #at = :now")
-            .condition_expression("#since < :until")
-            .expression_attribute_names("#since", UNRECONCILED_SINCE)
-            .expression_attribute_names("#at", "movedAt")
-            .expression_attribute_values(":until", n(until))
-            .expression_attribute_values(":now", n(now_epoch().0))
-            .send()
-            .await;
-        crate::errors::conditional_update(result)
-    }
-
-    /// A run reading from `from` held: a mark it covered (at or after `from`) goes; an earlier
-    /// one (a concurrent run's) stays.
-    pub async fn mark_ledger_reconciled(&self, from: i64) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.config.table)
-            .set_key(Some(items::key_item(unreconciled_key())))
-            .update_expression("REMOVE #since SET #at = :now")
-            .condition_expression("#since >= :from")
-            .expression_attribute_names("#since", UNRECONCILED_SINCE)
-            .expression_attribute_names("#at", "reconciledAt")
-            .expression_attribute_values(":from", n(from))
-            .expression_attribute_values(":now", n(now_epoch().0))
-            .send()
-            .await;
-        crate::errors::conditional_update(result).map(|_| ())
+            .expression_attribute_values(":type", s("LEDGER_RECONCILIATION"));
+        let request = match vouched_by {
+            None => request
+                .update_expression("SET #through = :through, #at = :now, #type = :type REMOVE #by"),
+            Some(by) => request
+                .update_expression("SET #through = :through, #at = :now, #type = :type, #by = :by")
+                .expression_attribute_values(":by", s(by)),
+        }
+        .expression_attribute_names("#by", "vouchedBy");
+        crate::errors::conditional_update(request.send().await)
     }
 }
 

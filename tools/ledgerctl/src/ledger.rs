@@ -25,6 +25,11 @@ pub enum LedgerCommand {
         /// The last day to close (UTC), e.g. `--through 2026-11-30`.
         #[arg(long, value_name = "DATE")]
         through: NaiveDate,
+        /// Also vouch for those days: the daily reconciler, which has not seen the ledger settle
+        /// since before them, reads from the day after instead (recorded with your identity).
+        /// Only after reconciling them by hand (`ledgerctl reconcile --money --hours N`).
+        #[arg(long)]
+        vouch: bool,
         /// Say what would be closed; change nothing.
         #[arg(long)]
         dry_run: bool,
@@ -58,6 +63,7 @@ pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::R
             LedgerCommand::Show { account } => show(&store, account, json).await,
             LedgerCommand::Close {
                 through,
+                vouch,
                 dry_run,
                 change,
             } => {
@@ -70,35 +76,62 @@ pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::R
                         "--through {through}: only days that are over can be closed (today is {today}, UTC)"
                     );
                 }
+                let end = through
+                    .succ_opt()
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+                    .map(|t| t.and_utc().timestamp())
+                    .ok_or_else(|| anyhow::anyhow!("--through {through}: no day after it"))?;
                 let operator = target.authorize(change, *dry_run).await?;
                 let closed = store.closed_through_any().await?;
+                // What the daily reconciler has checked: a close does not vouch for more unless
+                // asked to.
+                let settled = store.ledger_settled_through().await?;
+                let unsettled = settled.is_some_and(|at| at < end);
+                let settled_line = match settled {
+                    Some(at) if unsettled => format!(
+                        "the daily reconciler has seen the ledger settled only through {}",
+                        servicing_ops::iso(at)
+                    ),
+                    Some(at) => format!(
+                        "the daily reconciler has seen the ledger settled through {}",
+                        servicing_ops::iso(at)
+                    ),
+                    None => "the daily reconciler has not run yet".to_owned(),
+                };
                 if *dry_run {
                     println!(
-                        "closed through {}; would close through {through} (dry run: nothing written)",
-                        closed.map_or("nothing".to_owned(), |d| d.to_string())
+                        "closed through {}; would close through {through}{}; {settled_line} (dry run: nothing written)",
+                        closed.map_or("nothing".to_owned(), |d| d.to_string()),
+                        if *vouch { " and vouch for it" } else { "" }
                     );
                     return Ok(true);
                 }
-                if store.close_ledger_period(*through).await? {
-                    println!("ledger closed through {through} (by {operator})");
-                    // The daily run's mark, if before: the days closed are vouched for.
-                    let end = through
-                        .succ_opt()
-                        .and_then(|d| d.and_hms_opt(0, 0, 0))
-                        .map(|t| t.and_utc().timestamp());
-                    if let Some(end) = end
-                        && store.move_ledger_mark_past(end).await?
-                    {
-                        println!("the daily run reads the ledger again from {}", servicing_ops::iso(end));
-                    }
-                    Ok(true)
+                let newly = store.close_ledger_period(*through).await?;
+                if newly {
+                    println!("ledger closed through {through} (by {operator}); {settled_line}");
                 } else {
                     println!(
-                        "already closed through {} (a close never reopens a period): nothing changed",
+                        "already closed through {} (a close never reopens a period); {settled_line}",
                         closed.map_or("?".to_owned(), |d| d.to_string())
                     );
-                    Ok(false)
                 }
+                // Tried whether or not the close was new: a vouch that failed after its close
+                // is made by running the command again.
+                if *vouch {
+                    if store.advance_ledger_settled(end, Some(&operator)).await? {
+                        println!(
+                            "vouched: the daily reconciler reads the ledger from {} (by {operator})",
+                            servicing_ops::iso(end)
+                        );
+                    } else {
+                        println!("vouched already: the daily reconciler reads from later");
+                    }
+                } else if unsettled {
+                    println!(
+                        "not vouched: the daily reconciler keeps reading from where it last saw the ledger settled (--vouch, once those days are reconciled by hand)"
+                    );
+                }
+                Ok(newly || *vouch)
             }
             LedgerCommand::Backfill {
                 account,

@@ -213,16 +213,22 @@ fn reconcile_money(args: &ReconcileArgs, target: &Target) -> anyhow::Result<bool
             servicing_store::StoreConfig::new(&target.table, "account-state"),
         );
         // The daily run's mark: said, never a reason for this report to fail.
-        match store.ledger_unreconciled_since().await {
-            Ok(Some(since)) => {
-                let hours = ((now - since + 3599) / 3600).clamp(1, 24 * 399);
+        let reach_hours = servicing_ops::ledger::REACH_DAYS * 24;
+        match store.ledger_settled_through().await {
+            // Older than the daily window: the daily run reads back to it.
+            Ok(Some(through)) if now - through > 25 * 3600 => {
+                let hours = (now - through + 3599) / 3600;
                 println!(
-                    "the daily reconciler has not found the ledger settled since {}: it reads from there (at most {} days back) until a run holds; the same reach here: --hours {hours}",
-                    iso(since),
-                    servicing_ops::ledger::REACH_DAYS
+                    "the daily reconciler last saw the ledger settled through {}: {}",
+                    iso(through),
+                    if hours <= reach_hours {
+                        format!("it reads from there until a run settles; the same reach here: --hours {hours}")
+                    } else {
+                        format!("beyond the {reach_hours} hours it reads again, it closes nothing until those days are reconciled here (--hours {}) and vouched for (ledger close --vouch)", hours.min(24 * 399))
+                    }
                 );
             }
-            Ok(None) => {}
+            Ok(_) => {}
             Err(e) => println!("(where the daily reconciler reads from is unknown: {e})"),
         }
         Ok(report.holds() && ledger.holds())
