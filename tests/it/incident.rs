@@ -375,12 +375,17 @@ async fn when_a_provider_redelivers_and_resends_under_new_ids_should_reconstruct
     assert_eq!(b["totals"]["accountsTouched"], 5);
     assert_eq!(b["suspectedDuplicates"], json!([]));
 
-    // The manifest names the input by hash; the HTML carries both charts and the manifest.
+    // The manifest names the input by hash; the HTML carries the per-minute chart (a row for
+    // the source), every account in the money table, and the manifest.
     let input = &json["manifest"]["inputs"][0];
     assert_eq!(input["lines"], export.len());
     let html = ledgerctl::incident_html::render(&report).expect("as the run wrote it");
-    assert_eq!(html.matches("<svg").count(), 2, "two inline charts");
-    assert!(html.contains("prov-a deliveries") && html.contains("duplicates absorbed"));
+    assert_eq!(html.matches("<svg").count(), 1, "one inline chart");
+    assert!(html.contains("\nprov-a\n</text>") && html.contains("duplicates absorbed"));
+    for account in json["accounts"].as_array().expect("as the run wrote it") {
+        let id = account["accountId"].as_str().expect("as the run wrote it");
+        assert!(html.contains(&format!("<td>{id}</td>")), "{id} labelled");
+    }
     assert!(
         html.contains("id=\"manifest\"")
             && html.contains(input["sha256"].as_str().expect("as the run wrote it"))

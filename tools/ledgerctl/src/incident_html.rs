@@ -1,190 +1,380 @@
-//! The incident report as one self-contained HTML page for the people who read it: totals,
-//! two inline SVG charts (deliveries and duplicates per minute by source; money by account,
-//! drawn with `plotters`), each account's facts, collisions and suspected duplicates, and the
-//! evidence manifest. Everything is escaped: record fields are data, never markup.
+//! The incident report as one self-contained HTML page a person reads at a glance: what needs
+//! them first (collisions, quarantined deliveries, suspected duplicates — the only things in
+//! colour), the money by currency and by account, the decisions per minute as stacked bars by
+//! verdict with one row per source (an inline SVG drawn with `plotters`, its legend in HTML so
+//! it covers nothing), each account's facts, allocations, bucket changes and collections actions
+//! as small tables, and the evidence manifest. `maud` escapes every value: record fields are
+//! data, never markup.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use plotters::prelude::*;
-use servicing_ops::incident::IncidentReport;
+use serde_json::Value;
+use servicing_ops::incident::{AccountImpact, Counts, IncidentReport, MoneyApplied};
 use servicing_ops::money::minor;
 
-const COLOURS: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
+/// The verdicts a minute's bar is stacked from, bottom up, with their colour and whether a
+/// person must look at them. Everything routine is a shade of grey; red is kept for the
+/// deliveries a person has to judge.
+const VERDICTS: [Verdict; 7] = [
+    Verdict::new("applied", "#525252", false, |c| c.applied),
+    Verdict::new("duplicates absorbed", "#bdbdbd", false, |c| c.duplicates),
+    Verdict::new("stale", "#8a8a8a", false, |c| c.stale),
+    Verdict::new("parked", "#d9d9d9", false, |c| c.parked),
+    Verdict::new("retried", "#737373", false, |c| c.retried),
+    Verdict::new("quarantined", "#e6550d", true, |c| c.quarantined),
+    Verdict::new("collisions", "#b2182b", true, |c| c.collisions),
 ];
 
-/// Accounts drawn in the money chart (the largest by money); the tables list every account.
-const CHARTED_ACCOUNTS: usize = 25;
+struct Verdict {
+    label: &'static str,
+    colour: &'static str,
+    needs_a_person: bool,
+    of: fn(&Counts) -> u64,
+}
+
+impl Verdict {
+    const fn new(
+        label: &'static str,
+        colour: &'static str,
+        needs_a_person: bool,
+        of: fn(&Counts) -> u64,
+    ) -> Self {
+        Self {
+            label,
+            colour,
+            needs_a_person,
+            of,
+        }
+    }
+
+    fn rgb(&self) -> RGBColor {
+        let hex = |i: usize| u8::from_str_radix(&self.colour[i..i + 2], 16).unwrap_or(0);
+        RGBColor(hex(1), hex(3), hex(5))
+    }
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1100px}\
+table{border-collapse:collapse;margin:0.4em 0 1.2em}\
+td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:left;vertical-align:top}\
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
+.person{color:#b2182b;font-weight:bold}\
+.calm{color:#555}\
+.legend span{display:inline-block;margin-right:1.2em;font-size:13px}\
+.swatch{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}\
+.bar{display:inline-block;height:10px;vertical-align:middle}\
+pre{font-size:12px;white-space:pre-wrap;margin:0}";
 
 pub fn render(report: &IncidentReport) -> anyhow::Result<String> {
-    let t = &report.totals;
-    let mut html = String::new();
     let title = format!("Incident {} .. {}", report.window.from, report.window.to);
-    writeln!(
-        html,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\n<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:0.5em 0 1.5em}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:left}}.flag{{color:#b00;font-weight:bold}}</style></head><body>",
-        escape(&title)
-    )?;
-    writeln!(html, "<h1>{}</h1>", escape(&title))?;
-    writeln!(
-        html,
-        "<p>Consumer <b>{}</b>{}{}. {} accounts touched, {} deliveries: {} applied, {} duplicates absorbed, {} collisions, {} stale, {} parked, {} quarantined, {} retried; {} unique facts; <span class=\"flag\">{} suspected duplicates</span> under different identities (for a person to decide; nothing was reversed).</p>",
-        escape(&report.filters.consumer),
-        report
-            .filters
-            .source_system
-            .as_ref()
-            .map(|s| format!(", source <b>{}</b>", escape(s)))
-            .unwrap_or_default(),
-        report
-            .filters
-            .account_id
-            .as_ref()
-            .map(|a| format!(", account <b>{}</b>", escape(a)))
-            .unwrap_or_default(),
-        t.accounts_touched,
-        t.counts.deliveries,
-        t.counts.applied,
-        t.counts.duplicates,
-        t.counts.collisions,
-        t.counts.stale,
-        t.counts.parked,
-        t.counts.quarantined,
-        t.counts.retried,
-        t.unique_facts,
-        t.suspected_duplicates
-    )?;
-    if let Some(from) = &t.suspected_duplicates_checked_from {
-        writeln!(
-            html,
-            "<p class=\"flag\">Suspected duplicates were looked for only among payments applied from {}: the records given do not reach back over the {}-minute lookback.</p>",
-            escape(from),
-            report.filters.lookback_minutes
-        )?;
-    }
-    html.push_str("<table><tr><th>currency</th><th>applied</th><th>reversed</th><th>duplicates absorbed</th></tr>\n");
-    for (currency, money) in &t.by_currency {
-        let get = |k: &str| minor(money.get(k).copied().unwrap_or_default());
-        writeln!(
-            html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(currency),
-            get("appliedAmountMinor"),
-            get("reversedAmountMinor"),
-            get("duplicateAmountMinor")
-        )?;
-    }
-    html.push_str("</table>\n<h2>Deliveries and duplicates per minute, by source</h2>\n");
-    html.push_str(&per_minute_chart(report)?);
-    html.push_str("\n<h2>Money by account</h2>\n");
-    html.push_str(&money_chart(report)?);
-    if !report.suspected_duplicates.is_empty() {
-        html.push_str("\n<h2 class=\"flag\">Suspected duplicates under different identities</h2>\n<table><tr><th>account</th><th>amount</th><th>event time</th><th>first</th><th>second</th></tr>\n");
-        for s in &report.suspected_duplicates {
-            writeln!(
-                html,
-                "<tr><td>{}</td><td>{} {}</td><td>{}</td><td>{} ({})</td><td>{} ({})</td></tr>",
-                escape(&s.account_id),
-                minor(s.amount_minor),
-                escape(s.currency.as_deref().unwrap_or_default()),
-                escape(s.event_time.as_deref().unwrap_or_default()),
-                escape(&s.first),
-                escape(&s.first_decided_at),
-                escape(&s.second),
-                escape(&s.second_decided_at)
-            )?;
+    let per_minute = per_minute_chart(report)?;
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { (title) }
+                (summary(report))
+                (needs_a_person(report))
+                h2 { "Money by currency" }
+                (money_by_currency(report))
+                h2 { "Decisions per minute, by source and verdict" }
+                (legend(report))
+                (PreEscaped(per_minute))
+                h2 { "Money by account" }
+                (money_by_account(report))
+                h2 { "Accounts" }
+                @for account in &report.accounts {
+                    (account_section(account))
+                }
+                h2 { "Evidence manifest" }
+                pre id="manifest" { (serde_json::to_string_pretty(&report.manifest)?) }
+            }
         }
-        html.push_str("</table>\n");
-    }
-    html.push_str("<h2>Accounts</h2>\n");
-    for a in &report.accounts {
-        let c = &a.counts;
-        writeln!(
-            html,
-            "<h3>{}</h3><p>{} deliveries: {} applied, {} duplicates, {} collisions; applied {} reversed {} duplicates {} {}</p>",
-            escape(&a.account_id),
-            c.deliveries,
-            c.applied,
-            c.duplicates,
-            c.collisions,
-            minor(c.applied_amount_minor),
-            minor(c.reversed_amount_minor),
-            minor(c.duplicate_amount_minor),
-            escape(a.currency.as_deref().unwrap_or_default())
-        )?;
-        html.push_str("<table><tr><th>decided at</th><th>source</th><th>event</th><th>type</th><th>amount</th><th>verdict</th><th>decided by</th><th>receive</th></tr>\n");
-        for f in &a.facts {
-            writeln!(
-                html,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&f.decided_at),
-                escape(f.source_system.as_deref().unwrap_or_default()),
-                escape(f.source_event_id.as_deref().unwrap_or_default()),
-                escape(f.event_type.as_deref().unwrap_or_default()),
-                f.amount_minor.map(minor).unwrap_or_default(),
-                escape(&f.verdict),
-                f.outcome
-                    .as_ref()
-                    .map(|o| format!(" → {}", escape(o)))
-                    .unwrap_or_default(),
-                escape(&f.decided_by),
-                f.receive_count.map(|n| n.to_string()).unwrap_or_default()
-            )?;
-        }
-        html.push_str("</table>\n");
-        for m in a.money_applied.iter().filter(|m| m.split.is_some()) {
-            writeln!(
-                html,
-                "<p>{}/{}: {} split {}</p>",
-                escape(&m.source_system),
-                escape(&m.source_event_id),
-                minor(m.amount_minor),
-                escape(&m.split.as_ref().map(|s| s.to_string()).unwrap_or_default())
-            )?;
-        }
-        for collision in &a.collisions_found {
-            writeln!(
-                html,
-                "<p class=\"flag\">collision {}/{}: received {} — stored {}</p>",
-                escape(&collision.source_system),
-                escape(&collision.source_event_id),
-                escape(&collision.received.to_string()),
-                escape(
-                    &collision
-                        .stored
-                        .as_ref()
-                        .map(|s| s.to_string())
-                        .unwrap_or_else(|| "not found".into())
-                )
-            )?;
-        }
-        for change in &a.bucket_changes {
-            writeln!(html, "<p>bucket change {}</p>", escape(&change.to_string()))?;
-        }
-        for action in &a.collections_actions {
-            writeln!(
-                html,
-                "<p>collections action {} ({}): {} after {} attempts</p>",
-                escape(&action.action_id),
-                escape(&action.created_at),
-                escape(&action.status),
-                action.attempts
-            )?;
+    };
+    Ok(page.into_string())
+}
+
+fn summary(report: &IncidentReport) -> Markup {
+    let t = &report.totals;
+    let c = &t.counts;
+    html! {
+        p {
+            "Consumer " b { (report.filters.consumer) }
+            @if let Some(source) = &report.filters.source_system { ", source " b { (source) } }
+            @if let Some(account) = &report.filters.account_id { ", account " b { (account) } }
+            ". " (t.accounts_touched) " accounts touched, " (c.deliveries) " deliveries: "
+            (c.applied) " applied, " (c.duplicates) " duplicates absorbed, "
+            (flagged(c.collisions, "collisions")) ", " (c.stale) " stale, " (c.parked) " parked, "
+            (flagged(c.quarantined, "quarantined")) ", " (c.retried) " retried; "
+            (t.unique_facts) " unique facts; "
+            (flagged(t.suspected_duplicates, "suspected duplicates"))
+            " under different identities (for a person to decide; nothing was reversed)."
         }
     }
-    let manifest = serde_json::to_string_pretty(&report.manifest)?;
-    writeln!(
-        html,
-        "<h2>Evidence manifest</h2>\n<pre id=\"manifest\">{}</pre>\n</body></html>",
-        escape(&manifest)
-    )?;
-    Ok(html)
+}
+
+/// `n label`, in the colour that asks for a person only when there is something to look at.
+fn flagged(n: u64, label: &str) -> Markup {
+    html! {
+        @if n > 0 { span.person { (n) " " (label) } } @else { (n) " " (label) }
+    }
+}
+
+fn needs_a_person(report: &IncidentReport) -> Markup {
+    let t = &report.totals;
+    let nothing = t.counts.collisions == 0
+        && t.counts.quarantined == 0
+        && t.suspected_duplicates == 0
+        && t.suspected_duplicates_checked_from.is_none();
+    html! {
+        @if nothing {
+            p.calm { "Nothing here needs a person: no collisions, no quarantined deliveries, no suspected duplicates." }
+        }
+        @if let Some(from) = &t.suspected_duplicates_checked_from {
+            p.person {
+                "Suspected duplicates were looked for only among payments applied from " (from)
+                ": the records given do not reach back over the " (report.filters.lookback_minutes)
+                "-minute lookback."
+            }
+        }
+        @if !report.suspected_duplicates.is_empty() {
+            h2.person { "Suspected duplicates under different identities" }
+            table {
+                tr { th { "account" } th.n { "amount" } th { "event time" } th { "first" } th { "second" } }
+                @for s in &report.suspected_duplicates {
+                    tr {
+                        td { (s.account_id) }
+                        td.n { (minor(s.amount_minor)) " " (s.currency.as_deref().unwrap_or_default()) }
+                        td { (s.event_time.as_deref().unwrap_or_default()) }
+                        td { (s.first) " (" (s.first_decided_at) ")" }
+                        td { (s.second) " (" (s.second_decided_at) ")" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn money_by_currency(report: &IncidentReport) -> Markup {
+    html! {
+        table {
+            tr { th { "currency" } th.n { "applied" } th.n { "reversed" } th.n { "duplicates absorbed" } }
+            @for (currency, money) in &report.totals.by_currency {
+                @let get = |k: &str| minor(money.get(k).copied().unwrap_or_default());
+                tr {
+                    td { (currency) }
+                    td.n { (get("appliedAmountMinor")) }
+                    td.n { (get("reversedAmountMinor")) }
+                    td.n { (get("duplicateAmountMinor")) }
+                }
+            }
+        }
+    }
+}
+
+/// The verdicts the chart draws: a colour is explained only where it is on the page.
+fn legend(report: &IncidentReport) -> Markup {
+    html! {
+        p.legend {
+            @for v in VERDICTS.iter().filter(|v| report.per_minute.iter().any(|m| (v.of)(&m.counts) > 0)) {
+                span.person[v.needs_a_person] {
+                    span.swatch style={ "background:" (v.colour) } {} (v.label)
+                }
+            }
+        }
+    }
+}
+
+/// Every account, labelled, the largest money first: applied, reversed and absorbed duplicates
+/// with a bar to the scale of the largest.
+fn money_by_account(report: &IncidentReport) -> Markup {
+    let mut accounts: Vec<&AccountImpact> = report.accounts.iter().collect();
+    let moved = |a: &AccountImpact| a.counts.applied_amount_minor + a.counts.duplicate_amount_minor;
+    accounts.sort_by(|a, b| {
+        moved(b)
+            .cmp(&moved(a))
+            .then(a.account_id.cmp(&b.account_id))
+    });
+    let top = accounts.iter().map(|a| moved(a)).max().unwrap_or(0).max(1);
+    let width = |amount: i64| format!("width:{}px", (amount.max(0) * 240 / top).max(0));
+    html! {
+        table {
+            tr {
+                th { "account" } th { "currency" } th.n { "applied" } th.n { "reversed" }
+                th.n { "duplicates absorbed" } th { "applied | absorbed" }
+            }
+            @for a in accounts {
+                @let c = &a.counts;
+                tr {
+                    td { (a.account_id) }
+                    td { (a.currency.as_deref().unwrap_or_default()) }
+                    td.n { (minor(c.applied_amount_minor)) }
+                    td.n { (minor(c.reversed_amount_minor)) }
+                    td.n { (minor(c.duplicate_amount_minor)) }
+                    td {
+                        span.bar style={ "background:#525252;" (width(c.applied_amount_minor)) } {}
+                        span.bar style={ "background:#bdbdbd;" (width(c.duplicate_amount_minor)) } {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn account_section(a: &AccountImpact) -> Markup {
+    let c = &a.counts;
+    let currency = a.currency.as_deref().unwrap_or_default();
+    html! {
+        h3 { (a.account_id) }
+        p {
+            (c.deliveries) " deliveries: " (c.applied) " applied, " (c.duplicates) " duplicates, "
+            (flagged(c.collisions, "collisions")) ", " (flagged(c.quarantined, "quarantined"))
+            "; applied " (minor(c.applied_amount_minor)) ", reversed " (minor(c.reversed_amount_minor))
+            ", duplicates absorbed " (minor(c.duplicate_amount_minor)) " " (currency)
+        }
+        table {
+            tr {
+                th { "decided at" } th { "source" } th { "event" } th { "type" } th.n { "amount" }
+                th { "verdict" } th { "decided by" } th.n { "receive" }
+            }
+            @for f in &a.facts {
+                @let person = matches!(f.verdict.as_str(), "collision" | "quarantined")
+                    || matches!(f.outcome.as_deref(), Some("collision" | "quarantined"));
+                tr {
+                    td { (f.decided_at) }
+                    td { (f.source_system.as_deref().unwrap_or_default()) }
+                    td { (f.source_event_id.as_deref().unwrap_or_default()) }
+                    td { (f.event_type.as_deref().unwrap_or_default()) }
+                    td.n { (f.amount_minor.map(minor).unwrap_or_default()) }
+                    td.person[person] {
+                        (f.verdict)
+                        @if let Some(outcome) = &f.outcome { " → " (outcome) }
+                    }
+                    td { (f.decided_by) }
+                    td.n { (f.receive_count.map(|n| n.to_string()).unwrap_or_default()) }
+                }
+            }
+        }
+        (allocations(&a.money_applied))
+        @if !a.collisions_found.is_empty() {
+            p.person { "Collisions: the identity was reused with another payload (quarantined, never applied)" }
+            table {
+                tr { th { "fact" } th { "received" } th { "stored" } }
+                @for collision in &a.collisions_found {
+                    tr {
+                        td { (collision.source_system) "/" (collision.source_event_id) }
+                        td { pre { (pretty(&collision.received)) } }
+                        td { pre { (collision.stored.as_ref().map(pretty).unwrap_or_else(|| "not found".into())) } }
+                    }
+                }
+            }
+        }
+        @if !a.bucket_changes.is_empty() {
+            p { "Delinquency bucket changes" }
+            table {
+                tr { th { "occurred at" } th { "from" } th { "to" } th.n { "DPD" } th { "trigger" } th { "by the fact" } }
+                @for change in &a.bucket_changes {
+                    tr {
+                        td { (text(change, "occurredAt")) }
+                        td { (text(change, "fromBucket")) }
+                        td { (text(change, "toBucket")) }
+                        td.n { (text(change, "dpd")) }
+                        td { (text(change, "trigger")) }
+                        td { (text(change, "triggerSourceSystem")) "/" (text(change, "triggerSourceEventId")) }
+                    }
+                }
+            }
+        }
+        @if !a.collections_actions.is_empty() {
+            p { "Collections actions" }
+            table {
+                tr { th { "action" } th { "created at" } th { "status" } th.n { "attempts" } }
+                @for action in &a.collections_actions {
+                    tr {
+                        td { (action.action_id) }
+                        td { (action.created_at) }
+                        td { (action.status) }
+                        td.n { (action.attempts) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A payment's stored split, one row per payment (`split` as the report builds it:
+/// `{allocation: {fees, interest, principal, credit}, installmentsPaid, appliedOn}`).
+fn allocations(money: &[MoneyApplied]) -> Markup {
+    html! {
+        @if !money.is_empty() {
+            p { "Payments applied and their allocation" }
+            table {
+                tr {
+                    th { "payment" } th.n { "amount" } th { "applied on" } th.n { "fees" }
+                    th.n { "interest" } th.n { "principal" } th.n { "credit" }
+                    th { "installments paid" } th { "reversed by" }
+                }
+                @for m in money {
+                    @let split = m.split.as_ref();
+                    @let part = |k: &str| split
+                        .and_then(|s| s["allocation"][k].as_i64())
+                        .map(minor)
+                        .unwrap_or_default();
+                    tr {
+                        td { (m.source_system) "/" (m.source_event_id) }
+                        td.n { (minor(m.amount_minor)) " " (m.currency.as_deref().unwrap_or_default()) }
+                        td { (split.map(|s| text(s, "appliedOn")).unwrap_or_default()) }
+                        td.n { (part("fees")) }
+                        td.n { (part("interest")) }
+                        td.n { (part("principal")) }
+                        td.n { (part("credit")) }
+                        td { (split.map(installments_paid).unwrap_or_default()) }
+                        td {
+                            @if let Some(by) = &m.reversed_by {
+                                (text(by, "sourceSystem")) "/" (text(by, "sourceEventId"))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `#1 120.00, #2 40.00`: the installments a payment paid, by number.
+fn installments_paid(split: &Value) -> String {
+    split["installmentsPaid"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            format!(
+                "#{} {}",
+                i["installmentNo"].as_u64().unwrap_or_default(),
+                minor(i["amountMinor"].as_i64().unwrap_or_default())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A field of a JSON object as text: strings bare, anything else as JSON, absent as nothing.
+fn text(value: &Value, key: &str) -> String {
+    match &value[key] {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
 }
 
 /// Minutes drawn at most: a window longer than two days is drawn over its minutes with data.
@@ -220,7 +410,12 @@ fn minutes_of(report: &IncidentReport) -> Vec<String> {
         .collect()
 }
 
-/// One line per source for deliveries, a fainter one for its duplicates, a point per minute.
+/// Height of one source's row of bars, and of the shared minute axis under the last row.
+const ROW_HEIGHT: u32 = 90;
+const AXIS_HEIGHT: u32 = 30;
+
+/// One row per source, a bar per minute stacked by verdict (`VERDICTS`), every row on the same
+/// scale so that rows compare; the source's name on its row.
 fn per_minute_chart(report: &IncidentReport) -> anyhow::Result<String> {
     let minutes = minutes_of(report);
     let index: BTreeMap<&str, usize> = minutes
@@ -228,155 +423,74 @@ fn per_minute_chart(report: &IncidentReport) -> anyhow::Result<String> {
         .enumerate()
         .map(|(i, m)| (m.as_str(), i))
         .collect();
-    // Per source: its deliveries and its duplicates per minute index, zero where silent.
-    let mut series: BTreeMap<&str, [Vec<u64>; 2]> = BTreeMap::new();
+    let mut rows: BTreeMap<&str, Vec<Counts>> = BTreeMap::new();
     for m in &report.per_minute {
-        let Some(&x) = index.get(m.minute.as_str()) else {
-            continue;
-        };
-        let entry = series
-            .entry(m.source_system.as_str())
-            .or_insert_with(|| [vec![0; minutes.len()], vec![0; minutes.len()]]);
-        entry[0][x] += m.deliveries;
-        entry[1][x] += m.duplicates;
+        if let Some(&x) = index.get(m.minute.as_str()) {
+            rows.entry(m.source_system.as_str())
+                .or_insert_with(|| vec![Counts::default(); minutes.len()])[x] = m.counts.clone();
+        }
     }
-    let top = report
-        .per_minute
-        .iter()
-        .map(|m| m.deliveries)
+    let stacked = |c: &Counts| VERDICTS.iter().map(|v| (v.of)(c)).sum::<u64>();
+    let top = rows
+        .values()
+        .flatten()
+        .map(stacked)
         .max()
         .unwrap_or(1)
         .max(1);
-    let last = minutes.len().max(2) as i32 - 1;
+    let width = minutes.len().max(1) as u32;
+    let height = ROW_HEIGHT * rows.len().max(1) as u32 + AXIS_HEIGHT;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (900, 320)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (900, height)).into_drawing_area();
         root.fill(&WHITE).map_err(draw)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(40)
-            .build_cartesian_2d(0..last, 0..top + 1)
-            .map_err(draw)?;
-        chart
-            .configure_mesh()
-            .x_desc("minute (UTC)")
-            .y_desc("deliveries")
-            .x_label_formatter(&|x| {
-                minutes
-                    .get(*x as usize)
-                    .map(|m| m.get(11..16).unwrap_or(m).to_owned())
-                    .unwrap_or_default()
-            })
-            .draw()
-            .map_err(draw)?;
-        for (i, (source, [deliveries, duplicates])) in series.iter().enumerate() {
-            let colour = COLOURS[i % COLOURS.len()];
-            for (values, style, label) in [
-                (deliveries, colour.stroke_width(2), "deliveries"),
-                (duplicates, colour.mix(0.5).stroke_width(1), "duplicates"),
-            ] {
-                let points: Vec<(i32, u64)> = values
-                    .iter()
-                    .enumerate()
-                    .map(|(x, &n)| (x as i32, n))
-                    .collect();
-                chart
-                    .draw_series(LineSeries::new(points.iter().copied(), style))
-                    .map_err(draw)?
-                    .label(format!("{source} {label}"))
-                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], style));
-                chart
-                    .draw_series(points.iter().map(|&p| Circle::new(p, 2, style.filled())))
-                    .map_err(draw)?;
+        let last = rows.len().saturating_sub(1);
+        for (i, (source, counts)) in rows.iter().enumerate() {
+            // The minute labels hang below the last row only: the rows share them.
+            let below = if i == last { AXIS_HEIGHT } else { 0 };
+            let area = root
+                .clone()
+                .shrink((0, ROW_HEIGHT * i as u32), (900, ROW_HEIGHT + below));
+            let mut chart = ChartBuilder::on(&area)
+                .margin_top(6)
+                .margin_right(10)
+                .x_label_area_size(below)
+                .y_label_area_size(140)
+                .build_cartesian_2d(0..width, 0..top)
+                .map_err(draw)?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .y_labels(3)
+                .y_desc(source.to_string())
+                .axis_desc_style(("sans-serif", 15))
+                .label_style(("sans-serif", 12))
+                .x_labels(12.min(minutes.len()).max(1))
+                .x_label_formatter(&|x| {
+                    minutes
+                        .get(*x as usize)
+                        .map(|m| m.get(11..16).unwrap_or(m).to_owned())
+                        .unwrap_or_default()
+                })
+                .light_line_style(WHITE)
+                .draw()
+                .map_err(draw)?;
+            for (x, c) in counts.iter().enumerate() {
+                let mut floor = 0;
+                for v in &VERDICTS {
+                    let n = (v.of)(c);
+                    if n == 0 {
+                        continue;
+                    }
+                    let x = x as u32;
+                    let mut bar =
+                        Rectangle::new([(x, floor), (x + 1, floor + n)], v.rgb().filled());
+                    bar.set_margin(0, 0, 1, 1);
+                    chart.draw_series(std::iter::once(bar)).map_err(draw)?;
+                    floor += n;
+                }
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(draw)?;
-        root.present().map_err(draw)?;
-    }
-    Ok(svg)
-}
-
-/// Applied and duplicate money per account (the largest first), side by side.
-fn money_chart(report: &IncidentReport) -> anyhow::Result<String> {
-    let mut accounts: Vec<(&str, i64, i64)> = report
-        .accounts
-        .iter()
-        .map(|a| {
-            (
-                a.account_id.as_str(),
-                a.counts.applied_amount_minor,
-                a.counts.duplicate_amount_minor,
-            )
-        })
-        .collect();
-    accounts.sort_by(|a, b| (b.1 + b.2).cmp(&(a.1 + a.2)).then(a.0.cmp(b.0)));
-    accounts.truncate(CHARTED_ACCOUNTS);
-    let top = accounts
-        .iter()
-        .map(|a| a.1.max(a.2))
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let n = accounts.len().max(1) as i32;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (900, 340)).into_drawing_area();
-        root.fill(&WHITE).map_err(draw)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            .x_label_area_size(60)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0..n * 3, 0..top + top / 10 + 1)
-            .map_err(draw)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .y_desc("minor units")
-            .x_labels(accounts.len().max(1))
-            .x_label_formatter(&|x| {
-                if x % 3 == 1 {
-                    accounts
-                        .get((*x / 3) as usize)
-                        .map(|a| a.0.to_owned())
-                        .unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .draw()
-            .map_err(draw)?;
-        let applied = COLOURS[0];
-        let duplicate = COLOURS[3];
-        chart
-            .draw_series(accounts.iter().enumerate().map(|(i, a)| {
-                let x = i as i32 * 3;
-                Rectangle::new([(x, 0), (x + 1, a.1)], applied.filled())
-            }))
-            .map_err(draw)?
-            .label("applied")
-            .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 10, y + 4)], applied.filled()));
-        chart
-            .draw_series(accounts.iter().enumerate().map(|(i, a)| {
-                let x = i as i32 * 3 + 1;
-                Rectangle::new([(x, 0), (x + 1, a.2)], duplicate.filled())
-            }))
-            .map_err(draw)?
-            .label("duplicates absorbed")
-            .legend(move |(x, y)| {
-                Rectangle::new([(x, y - 4), (x + 10, y + 4)], duplicate.filled())
-            });
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(draw)?;
         root.present().map_err(draw)?;
     }
     Ok(svg)
@@ -384,12 +498,4 @@ fn money_chart(report: &IncidentReport) -> anyhow::Result<String> {
 
 fn draw<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("cannot draw the chart: {e:?}")
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
 }

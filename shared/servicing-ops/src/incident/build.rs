@@ -262,26 +262,20 @@ fn lookback_uncovered(query: &Query, collected: &Collected) -> Option<String> {
     }
 }
 
-/// Deliveries (not re-judged parked facts) and duplicates per minute and bounded source.
+/// Every verdict per minute and bounded source, counted as the totals count them (a parked fact
+/// judged again is no new delivery: it counts under its outcome).
 fn per_minute<'a>(records: impl Iterator<Item = &'a Timed>) -> Vec<MinuteCount> {
-    let mut by: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
-    for t in records.filter(|t| t.record.verdict != Verdict::Released) {
+    let mut by: BTreeMap<(String, String), Counts> = BTreeMap::new();
+    for t in records {
         let minute = t.at.format("%Y-%m-%dT%H:%MZ").to_string();
         let source = bounded_source(t.record.source_system.as_deref()).to_owned();
-        let entry = by.entry((minute, source)).or_default();
-        entry.0 += 1;
-        if t.record.verdict == Verdict::Duplicate {
-            entry.1 += 1;
-        }
+        count(by.entry((minute, source)).or_default(), &t.record);
     }
     by.into_iter()
-        .map(
-            |((minute, source_system), (deliveries, duplicates))| MinuteCount {
-                minute,
-                source_system,
-                deliveries,
-                duplicates,
-            },
-        )
+        .map(|((minute, source_system), counts)| MinuteCount {
+            minute,
+            source_system,
+            counts,
+        })
         .collect()
 }

@@ -218,8 +218,9 @@ pub struct Totals {
 pub struct MinuteCount {
     pub minute: String,
     pub source_system: String,
-    pub deliveries: u64,
-    pub duplicates: u64,
+    /// The minute's decisions by verdict, counted as the totals count them.
+    #[serde(flatten)]
+    pub counts: Counts,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
