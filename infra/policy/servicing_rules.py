@@ -26,7 +26,9 @@ only through services (kms:ViaService; through Secrets Manager, Decrypt only, bo
 plain transport; the table has deletion protection. E9137: the evidence archive has its own KMS
 key, which only the break-glass role may disable, delete or re-police. E9138: the evidence
 queries run in a workgroup that enforces its settings and encrypts results with a KMS key, into a
-bucket that forgets them. E9139 (issue #32): every API Gateway route is authorized, and an extra
+bucket that forgets them. E9141: the bus and its archive are encrypted under the template's
+key, which EventBridge may use only for this account, and the bus keeps what it cannot decrypt
+in a dead-letter queue that admits it. E9139 (issue #32): every API Gateway route is authorized, and an extra
 endpoint of a function (the optional JWT one) serves exactly its HttpApi events' routes.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
@@ -2100,4 +2102,69 @@ class RulesUseOnlyRuleFunctions(ServicingRule):
 
         for name, rule in (cfn.template.get("Rules") or {}).items():
             walk(rule, ["Rules", name])
+        return out
+
+
+class BusEncryptedUnderItsOwnKey(ServicingRule):
+    id = "E9141"
+    shortdesc = "Every event bus and archive is encrypted under the template's key, and the bus keeps what it cannot decrypt"
+    description = (
+        "Issue #31: the servicing bus (customer notices, money events) and its archive were on an "
+        "AWS-owned key: no key this account controls, audits or can revoke. Every "
+        "AWS::Events::EventBus and AWS::Events::Archive names a KMS key of the template "
+        "(KmsKeyIdentifier); that key's policy lets events.amazonaws.com GenerateDataKey and "
+        "Decrypt under a condition that binds it to this account or bus, and DescribeKey; the bus "
+        "has a DeadLetterConfig whose queue admits events.amazonaws.com from the bus (aws:SourceArn), "
+        "else an event EventBridge cannot encrypt or decrypt is dropped - which the emulators, "
+        "ignoring both properties, never show."
+    )
+    binding = {"aws:SourceArn", "aws:SourceAccount", "kms:EncryptionContext:aws:events:event-bus:arn"}
+
+    def key_problems(self, cfn, owner, value):
+        all_res = cfn.template.get("Resources") or {}
+        key_name = logical_id(value)
+        key = all_res.get(key_name)
+        if not isinstance(key, dict) or key.get("Type") != "AWS::KMS::Key":
+            return [f"{owner}: KmsKeyIdentifier must name an AWS::KMS::Key of the template, not {value!r} (an AWS-owned key otherwise)"]
+        allowed = set()
+        for st in as_list((props(key).get("KeyPolicy") or {}).get("Statement") or []):
+            if not isinstance(st, dict) or st.get("Effect") != "Allow":
+                continue
+            principal = (st.get("Principal") or {}) if isinstance(st.get("Principal"), dict) else {}
+            if "events.amazonaws.com" not in as_list(principal.get("Service")):
+                continue
+            bound = any(k in self.binding for test in (st.get("Condition") or {}).values() if isinstance(test, dict) for k in test)
+            if bound:
+                allowed.update(actions(st))
+        lacking = sorted({"kms:GenerateDataKey", "kms:Decrypt", "kms:DescribeKey"} - allowed)
+        if lacking:
+            return [f"{owner}: {key_name}'s policy must allow events.amazonaws.com {lacking}, bound by one of {sorted(self.binding)}"]
+        return []
+
+    def match(self, cfn):
+        out = []
+        policies = list(resources(cfn, "AWS::SQS::QueuePolicy"))
+        for kind in ("AWS::Events::EventBus", "AWS::Events::Archive"):
+            for name, res in resources(cfn, kind):
+                path = ["Resources", name, "Properties"]
+                for message in self.key_problems(cfn, name, props(res).get("KmsKeyIdentifier")):
+                    out.append(self.problem(path, message))
+                if kind != "AWS::Events::EventBus":
+                    continue
+                dlq = logical_id((props(res).get("DeadLetterConfig") or {}).get("Arn"))
+                if dlq is None:
+                    out.append(self.problem(path, f"{name}: a DeadLetterConfig keeps the events EventBridge cannot encrypt or decrypt"))
+                    continue
+                admitted = any(
+                    dlq in [logical_id(q) for q in as_list(props(policy).get("Queues") or [])]
+                    and st.get("Effect") == "Allow"
+                    and "sqs:SendMessage" in actions(st)
+                    and name in [logical_id(a) for test in (st.get("Condition") or {}).values() if isinstance(test, dict)
+                                 for a in as_list(test.get("aws:SourceArn"))]
+                    for _, policy in policies
+                    for st in as_list((props(policy).get("PolicyDocument") or {}).get("Statement") or [])
+                    if isinstance(st, dict)
+                )
+                if not admitted:
+                    out.append(self.problem(path, f"{name}: its dead-letter queue {dlq} must admit events.amazonaws.com sqs:SendMessage with aws:SourceArn {name}"))
         return out
