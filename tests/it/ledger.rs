@@ -25,6 +25,7 @@ on_both_engines!(
     when_the_ledger_is_out_of_step_with_servicing_should_name_each_problem,
     when_a_reversal_entry_is_not_the_opposite_of_its_payments_should_name_it,
     when_a_bill_was_published_without_its_currency_should_post_it_in_the_accounts,
+    when_an_operator_corrects_the_ledger_should_post_it_once_and_refuse_what_it_cannot_be,
 );
 
 /// Generated streams per engine for the property.
@@ -827,4 +828,112 @@ async fn when_a_bill_was_published_without_its_currency_should_post_it_in_the_ac
             record.to_json()
         );
     }
+}
+
+/// A fee servicing applied whose event the ledger never received (older than the archive, say):
+/// the books do not reconcile until an operator posts the correcting entry, by
+/// `ledgerctl ledger correct`'s code. The same command again posts nothing; the same id with
+/// another amount, a transfer on cash clearing, an unknown account are refused and write
+/// nothing; the entry keeps the reason and the operator for good.
+async fn when_an_operator_corrects_the_ledger_should_post_it_once_and_refuse_what_it_cannot_be(
+    engine: Engine,
+) {
+    use integration_tests::generate::{fee, open};
+    use ledgerctl::ledger_correct::{Corrected, CorrectionOrder, correct};
+    use servicing_domain::journal::LedgerAccount;
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_corrected";
+    let bodies: Vec<String> = [open(a), fee(a, "fee-1", 3, 700)]
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    serviced(&servicing, &bodies).await;
+    let opening: Vec<String> = published(&servicing)
+        .await
+        .into_iter()
+        .filter(|e| !e.contains("\"FeeAssessed\""))
+        .collect();
+    let handler = ledger_handler(&servicing);
+    post_all(std::slice::from_ref(&handler), &opening, &mut Rng(5), "o").await;
+    let (holds, lines) = reconciled(&servicing).await;
+    assert!(
+        !holds,
+        "{engine:?}: the fee is missing:\n{}",
+        lines.join("\n")
+    );
+
+    let store = servicing.store(CONSUMER);
+    let order = CorrectionOrder {
+        account: AccountId::parse(a).expect("id"),
+        id: "fee-1-before-the-archive".into(),
+        debit: LedgerAccount::FeesReceivable,
+        credit: LedgerAccount::FeeIncome,
+        amount_minor: 700,
+        reason: "fee-1 applied before the ledger was deployed".into(),
+    };
+    let by = "arn:aws:iam::000000000000:user/ops";
+    let (dry, line) = correct(&handler, &store, &order, by, true)
+        .await
+        .expect("dry run");
+    assert_eq!(dry, Corrected::WouldPost, "{line}");
+    assert_eq!(
+        stored(&servicing, a).await.entries,
+        1,
+        "a dry run writes nothing"
+    );
+
+    let (done, line) = correct(&handler, &store, &order, by, false)
+        .await
+        .expect("posted");
+    assert!(matches!(done, Corrected::Posted { .. }), "{line}");
+    let (holds, lines) = reconciled(&servicing).await;
+    assert!(holds, "{engine:?}: corrected:\n{}", lines.join("\n"));
+    let (again, _) = correct(&handler, &store, &order, "someone-else", false)
+        .await
+        .expect("again");
+    assert_eq!(
+        again,
+        Corrected::Duplicate,
+        "the same correction posts nothing"
+    );
+
+    let before = stored(&servicing, a).await;
+    let refused = [
+        CorrectionOrder {
+            amount_minor: 701,
+            ..order.clone()
+        },
+        CorrectionOrder {
+            id: "cash".into(),
+            debit: LedgerAccount::CashClearing("psp".into()),
+            ..order.clone()
+        },
+        CorrectionOrder {
+            id: "nobody".into(),
+            account: AccountId::parse("acc_nobody").expect("id"),
+            ..order.clone()
+        },
+    ];
+    for wrong in refused {
+        let problem = correct(&handler, &store, &wrong, by, false)
+            .await
+            .expect_err("refused");
+        assert!(problem.to_string().contains("nothing"), "{problem}");
+    }
+    assert_eq!(stored(&servicing, a).await, before, "nothing written");
+    let journal = store
+        .journal(&AccountId::parse(a).expect("id"))
+        .await
+        .expect("journal");
+    let kept = journal
+        .entries
+        .iter()
+        .map(|e| e.posting().expect("decodes"))
+        .find(|p| p.entry.entry_id == "corr_fee-1-before-the-archive")
+        .expect("the correction's entry");
+    let why = kept.entry.correction.expect("its reason and operator");
+    assert_eq!(
+        (why.reason.as_str(), why.by.as_str()),
+        (order.reason.as_str(), by)
+    );
 }

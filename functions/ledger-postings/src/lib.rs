@@ -293,8 +293,9 @@ impl LedgerPostingsHandler {
     }
 
     /// Reads, posts, and again when the balances moved or a close came in between. The inner
-    /// error is a quarantine (code, reason).
-    async fn post(
+    /// error is a quarantine (code, reason). Also how an operator's correcting entry is posted
+    /// (`ledgerctl ledger correct`): the same claim, balances and period check as any event's.
+    pub async fn post(
         &self,
         entry: &JournalEntry,
         fingerprint: &Fingerprint,

@@ -122,6 +122,81 @@ pub struct JournalEntry {
     pub reverses: Option<String>,
     /// Never empty: an event that moves nothing gets no entry.
     pub transfers: Vec<Transfer>,
+    /// For an operator's correcting entry: why, and who posted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction: Option<Correction>,
+}
+
+/// Why an operator posted a correcting entry, and who did (`ledgerctl ledger correct`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Correction {
+    pub reason: String,
+    pub by: String,
+}
+
+/// The event type of an operator's correcting entry: no domain event causes it.
+pub const MANUAL_CORRECTION: &str = "ManualCorrection";
+
+/// The prefix of a correcting entry's id: apart from the events' `evt_` ids.
+pub const CORRECTION_ID_PREFIX: &str = "corr_";
+
+/// An operator's correcting entry on one account: one transfer, an id the operator chooses (a
+/// second post under it is a duplicate, or a collision if anything differs), never on cash
+/// clearing — cash is what the provider settled and servicing applied, reconciled three ways, and
+/// a correction there would hide the difference it should explain. Effective and posted now.
+pub fn correcting_entry(
+    id: &str,
+    account_id: AccountId,
+    currency: Currency,
+    transfer: Transfer,
+    correction: Correction,
+    at: DateTime<Utc>,
+) -> Result<JournalEntry, Unpostable> {
+    let well_formed = (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !well_formed {
+        return Err(bad(format!(
+            "correction id {id:?}: 1 to 64 letters, digits, '-', '_' or '.'"
+        )));
+    }
+    if transfer.amount_minor <= 0 {
+        return Err(bad("a correction moves an amount > 0"));
+    }
+    if transfer.debit == transfer.credit {
+        return Err(bad(format!(
+            "a correction debits and credits {}: it moves nothing",
+            transfer.debit.code()
+        )));
+    }
+    if [&transfer.debit, &transfer.credit]
+        .iter()
+        .any(|a| matches!(a, LedgerAccount::CashClearing(_)))
+    {
+        return Err(bad(
+            "a correction never touches cash clearing: cash is reconciled against the provider and servicing",
+        ));
+    }
+    if correction.reason.trim().is_empty() {
+        return Err(bad("a correction says why (--reason)"));
+    }
+    Ok(JournalEntry {
+        entry_id: format!("{CORRECTION_ID_PREFIX}{id}"),
+        account_id,
+        event_type: MANUAL_CORRECTION.to_owned(),
+        currency,
+        effective_at: at,
+        trigger: SourceRef {
+            system: "operator".to_owned(),
+            event_id: id.to_owned(),
+        },
+        payment: None,
+        reverses: None,
+        transfers: vec![transfer],
+        correction: Some(correction),
+    })
 }
 
 impl JournalEntry {
@@ -343,6 +418,7 @@ pub fn entry_of(detail: &Value) -> Result<Option<JournalEntry>, Unpostable> {
         payment,
         reverses,
         transfers,
+        correction: None,
     }))
 }
 

@@ -2,3 +2,4 @@
 
 pub mod incident_html;
 pub mod ledger_backfill;
+pub mod ledger_correct;

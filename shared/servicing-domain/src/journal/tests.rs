@@ -223,3 +223,76 @@ fn when_codes_are_stored_should_read_back_as_the_same_ledger_accounts() {
         assert_eq!(LedgerAccount::parse(&account.code()), Some(account));
     }
 }
+
+#[test]
+fn when_an_operator_corrects_should_post_one_balanced_transfer_and_never_on_cash() {
+    let account = AccountId::parse("acc_1").expect("id");
+    let eur = Currency::parse("EUR").expect("code");
+    let why = || Correction {
+        reason: "fee assessed twice by hand".into(),
+        by: "arn:aws:iam::123456789012:user/ops".into(),
+    };
+    let transfer = |debit, credit, amount_minor| Transfer {
+        debit,
+        credit,
+        amount_minor,
+    };
+    let at = DateTime::from_timestamp(1_796_000_000, 0).expect("a time");
+    let entry = correcting_entry(
+        "fix-fee-2026-12-01",
+        account.clone(),
+        eur,
+        transfer(LedgerAccount::FeeIncome, LedgerAccount::FeesReceivable, 500),
+        why(),
+        at,
+    )
+    .expect("a correction");
+    assert_eq!(entry.entry_id, "corr_fix-fee-2026-12-01");
+    assert_eq!(entry.event_type, MANUAL_CORRECTION);
+    assert_eq!(entry.cash_date(), None, "no cash: not in the cash by date");
+    let mut ledger = SubLedger::default();
+    ledger.post(&entry).expect("posts");
+    assert_eq!(ledger.trial_balance(), 0);
+    assert_eq!(ledger.balance(&LedgerAccount::FeesReceivable), -500);
+    // What is refused before anything is read or written.
+    let refused = [
+        (
+            "bad id!",
+            transfer(LedgerAccount::Suspense, LedgerAccount::FeeIncome, 1),
+            why(),
+        ),
+        (
+            "x",
+            transfer(LedgerAccount::Suspense, LedgerAccount::FeeIncome, 0),
+            why(),
+        ),
+        (
+            "x",
+            transfer(LedgerAccount::Suspense, LedgerAccount::Suspense, 1),
+            why(),
+        ),
+        (
+            "x",
+            transfer(
+                LedgerAccount::CashClearing("psp".into()),
+                LedgerAccount::Suspense,
+                1,
+            ),
+            why(),
+        ),
+        (
+            "x",
+            transfer(LedgerAccount::Suspense, LedgerAccount::FeeIncome, 1),
+            Correction {
+                reason: " ".into(),
+                by: "ops".into(),
+            },
+        ),
+    ];
+    for (id, t, c) in refused {
+        assert!(
+            correcting_entry(id, account.clone(), eur, t.clone(), c, at).is_err(),
+            "{id} {t:?}"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! `ledgerctl ledger correct`: an operator's correcting entry on one account's sub-ledger, the
+//! only way a person changes the ledger (entries are never edited or deleted). It is posted as
+//! the consumer posts an event — the entry claimed under its id, the balances at the version
+//! read, the period checked open — so a second run of the same command is a duplicate and the
+//! same id with anything else a collision, refused.
+
+use chrono::{DateTime, NaiveDate};
+use ledger_postings::{LedgerPostingsHandler, MessageResult};
+use servicing_domain::AccountId;
+use servicing_domain::fingerprint::Fingerprint;
+use servicing_domain::journal::{Correction, LedgerAccount, Transfer, correcting_entry};
+use servicing_ops::money::minor;
+use servicing_store::ServicingStore;
+
+/// What the operator asks for.
+#[derive(Debug, Clone)]
+pub struct CorrectionOrder {
+    pub account: AccountId,
+    pub id: String,
+    pub debit: LedgerAccount,
+    pub credit: LedgerAccount,
+    pub amount_minor: i64,
+    pub reason: String,
+}
+
+/// How it ended (a collision or a refusal is an error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Corrected {
+    Posted {
+        posting_date: NaiveDate,
+    },
+    /// Posted before under this id with the same correction: nothing written.
+    Duplicate,
+    /// `--dry-run`: what would be posted.
+    WouldPost,
+}
+
+/// Posts `order` through the ledger's own posting (`handler`, over `store`), stamped with `operator`; the
+/// currency is the sub-ledger's, else servicing's for the account (an account not posted yet,
+/// e.g. migrated).
+pub async fn correct(
+    handler: &LedgerPostingsHandler,
+    store: &ServicingStore,
+    order: &CorrectionOrder,
+    operator: &str,
+    dry_run: bool,
+) -> anyhow::Result<(Corrected, String)> {
+    let ledger_currency = store
+        .sub_ledger(&order.account)
+        .await?
+        .and_then(|r| r.currency);
+    let currency = match ledger_currency {
+        Some(currency) => currency,
+        None => store
+            .loan_state(&order.account)
+            .await?
+            .and_then(|l| l.account)
+            .map(|a| a.currency)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: no sub-ledger and no opened loan: nothing to correct",
+                    order.account
+                )
+            })?,
+    };
+    let now = DateTime::from_timestamp_millis(servicing_store::epoch_millis()).unwrap_or_default();
+    let entry = correcting_entry(
+        &order.id,
+        order.account.clone(),
+        currency,
+        Transfer {
+            debit: order.debit.clone(),
+            credit: order.credit.clone(),
+            amount_minor: order.amount_minor,
+        },
+        Correction {
+            reason: order.reason.clone(),
+            by: operator.to_owned(),
+        },
+        now,
+    )
+    .map_err(|e| anyhow::anyhow!("refused, nothing written: {e}"))?;
+    // What the correction is, not who ran it or when: the same command again is a duplicate.
+    let fingerprint = Fingerprint::of_value(&serde_json::json!({
+        "accountId": order.account.as_str(),
+        "debit": order.debit.code(),
+        "credit": order.credit.code(),
+        "amountMinor": order.amount_minor,
+        "currency": currency.as_str(),
+        "reason": order.reason,
+    }));
+    let what = format!(
+        "{} on {}: Dr {} / Cr {} {} {} ({:?})",
+        entry.entry_id,
+        order.account,
+        order.debit.code(),
+        order.credit.code(),
+        minor(order.amount_minor),
+        currency.as_str(),
+        order.reason
+    );
+    if dry_run {
+        return Ok((
+            Corrected::WouldPost,
+            format!("would post {what} (dry run: nothing written)"),
+        ));
+    }
+    match handler.post(&entry, &fingerprint).await? {
+        Ok(MessageResult::Posted { posting_date }) => Ok((
+            Corrected::Posted { posting_date },
+            format!("posted {what}, posting date {posting_date} (by {operator})"),
+        )),
+        Ok(MessageResult::Duplicate) => Ok((
+            Corrected::Duplicate,
+            format!("posted before: {what} (nothing written)"),
+        )),
+        Ok(other) => anyhow::bail!("{what}: {other:?}"),
+        Err((code, reason)) => anyhow::bail!("refused ({code}), nothing written: {reason}"),
+    }
+}
