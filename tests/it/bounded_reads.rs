@@ -35,6 +35,16 @@ fn scans(access: &Access) -> Vec<&(String, String)> {
         .collect()
 }
 
+/// No scan, and no key of the history (`marker`) read: what the job read did not grow with it.
+fn no_scan_nor_history(access: &Access, marker: &str, engine: Engine) {
+    assert!(scans(access).is_empty(), "{engine:?}: {:?}", scans(access));
+    let history: Vec<&(String, String)> = access
+        .iter()
+        .filter(|(_, key)| key.contains(marker))
+        .collect();
+    assert!(history.is_empty(), "{engine:?}: history read: {history:?}");
+}
+
 /// Closed history: `accounts` opened accounts with a payment applied each.
 async fn history(servicing: &Servicing, prefix: &str, accounts: usize) {
     let handler = servicing.handler();
@@ -606,20 +616,7 @@ async fn when_a_window_is_reconciled_should_read_its_records_through_the_record_
     );
     let paid: u64 = money.totals.values().map(|t| t.payments).sum();
     assert_eq!(paid, 3, "{engine:?}: {:?}", money.lines());
-    let access = plan.access();
-    assert!(
-        scans(&access).is_empty(),
-        "{engine:?}: {:?}",
-        scans(&access)
-    );
-    let history: Vec<&(String, String)> = access
-        .iter()
-        .filter(|(_, key)| key.contains("#hist#"))
-        .collect();
-    assert!(
-        history.is_empty(),
-        "{engine:?}: past days' records read: {history:?}"
-    );
+    no_scan_nor_history(&plan.access(), "#hist#", engine);
 }
 
 /// Copies `account`'s ledger partition (its entries and balances) to `acc_hist_<n>`, as if
@@ -731,20 +728,7 @@ async fn when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_
         "{engine:?}: {:?}",
         report.lines()
     );
-    let access = plan.access();
-    assert!(
-        scans(&access).is_empty(),
-        "{engine:?}: {:?}",
-        scans(&access)
-    );
-    let history: Vec<&(String, String)> = access
-        .iter()
-        .filter(|(_, key)| key.contains("acc_hist"))
-        .collect();
-    assert!(
-        history.is_empty(),
-        "{engine:?}: past accounts' ledgers read: {history:?}"
-    );
+    no_scan_nor_history(&plan.access(), "acc_hist", engine);
 
     // A past account's balances changed by hand now: the relay lists the write under this
     // hour, and the ledger's leg reads that account and names it.
