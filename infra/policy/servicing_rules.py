@@ -27,8 +27,8 @@ plain transport; the table has deletion protection. E9137: the evidence archive 
 key, which only the break-glass role may disable, delete or re-police. E9138: the evidence
 queries run in a workgroup that enforces its settings and encrypts results with a KMS key, into a
 bucket that forgets them. E9141: the bus and its archive are encrypted under the template's
-key, which EventBridge may use only for this account, and the bus keeps what it cannot decrypt
-in a dead-letter queue that admits it. E9139 (issue #32): every API Gateway route is authorized, and an extra
+key, which EventBridge may use only under their encryption context, and the bus keeps what it
+cannot decrypt in a dead-letter queue that admits it, under another key. E9139 (issue #32): every API Gateway route is authorized, and an extra
 endpoint of a function (the optional JWT one) serves exactly its HttpApi events' routes.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
@@ -2107,47 +2107,68 @@ class RulesUseOnlyRuleFunctions(ServicingRule):
 
 class BusEncryptedUnderItsOwnKey(ServicingRule):
     id = "E9141"
-    shortdesc = "Every event bus and archive is encrypted under the template's key, and the bus keeps what it cannot decrypt"
+    shortdesc = "Every event bus and archive is encrypted under the template's key, bound to them, and the bus keeps what it cannot decrypt"
     description = (
         "Issue #31: the servicing bus (customer notices, money events) and its archive were on an "
         "AWS-owned key: no key this account controls, audits or can revoke. Every "
         "AWS::Events::EventBus and AWS::Events::Archive names a KMS key of the template "
         "(KmsKeyIdentifier); that key's policy lets events.amazonaws.com GenerateDataKey and "
-        "Decrypt under a condition that binds it to this account or bus, and DescribeKey; the bus "
-        "has a DeadLetterConfig whose queue admits events.amazonaws.com from the bus (aws:SourceArn), "
-        "else an event EventBridge cannot encrypt or decrypt is dropped - which the emulators, "
-        "ignoring both properties, never show."
+        "Decrypt (and, for an archive, ReEncrypt) under kms:EncryptionContext:aws:events:event-bus:arn, "
+        "DescribeKey bound to the account, and grants EventBridge no decryption without an "
+        "encryption-context condition (else the binding is moot); the bus has a DeadLetterConfig "
+        "whose queue admits events.amazonaws.com from the bus (aws:SourceArn) and is not encrypted "
+        "under the bus's key (a disabled key would lose the dead letters too) - all of which the "
+        "emulators ignore."
     )
-    binding = {"aws:SourceArn", "aws:SourceAccount", "kms:EncryptionContext:aws:events:event-bus:arn"}
+    context = "kms:EncryptionContext:aws:events:event-bus:arn"
 
-    def key_problems(self, cfn, owner, value):
+    @staticmethod
+    def eventbridge_statements(key):
+        for st in as_list((props(key).get("KeyPolicy") or {}).get("Statement") or []):
+            if not isinstance(st, dict) or st.get("Effect") != "Allow":
+                continue
+            principal = st.get("Principal") if isinstance(st.get("Principal"), dict) else {}
+            if "events.amazonaws.com" in as_list(principal.get("Service")):
+                yield st
+
+    @staticmethod
+    def condition_keys(st):
+        return {k for test in (st.get("Condition") or {}).values() if isinstance(test, dict) for k in test}
+
+    def key_problems(self, cfn, owner, value, archive):
         all_res = cfn.template.get("Resources") or {}
         key_name = logical_id(value)
         key = all_res.get(key_name)
         if not isinstance(key, dict) or key.get("Type") != "AWS::KMS::Key":
             return [f"{owner}: KmsKeyIdentifier must name an AWS::KMS::Key of the template, not {value!r} (an AWS-owned key otherwise)"]
-        allowed = set()
-        for st in as_list((props(key).get("KeyPolicy") or {}).get("Statement") or []):
-            if not isinstance(st, dict) or st.get("Effect") != "Allow":
-                continue
-            principal = (st.get("Principal") or {}) if isinstance(st.get("Principal"), dict) else {}
-            if "events.amazonaws.com" not in as_list(principal.get("Service")):
-                continue
-            bound = any(k in self.binding for test in (st.get("Condition") or {}).values() if isinstance(test, dict) for k in test)
-            if bound:
-                allowed.update(actions(st))
-        lacking = sorted({"kms:GenerateDataKey", "kms:Decrypt", "kms:DescribeKey"} - allowed)
+        out = []
+        bound, described = set(), False
+        for st in self.eventbridge_statements(key):
+            keys = self.condition_keys(st)
+            if self.context in keys:
+                bound.update(actions(st))
+            if "kms:DescribeKey" in actions(st) and keys & {"aws:SourceAccount", "aws:SourceArn", self.context}:
+                described = True
+            unbound = [a for a in actions(st) if a in ("kms:Decrypt", "kms:GenerateDataKey", "kms:*")]
+            if unbound and not any(k.startswith("kms:EncryptionContext:") for k in keys):
+                out.append(f"{owner}: {key_name}/{st.get('Sid', '?')} lets EventBridge {unbound} with no encryption-context condition: any bus of the account could use the key")
+        wanted = {"kms:GenerateDataKey", "kms:Decrypt"} | ({"kms:ReEncrypt*"} if archive else set())
+        lacking = sorted(wanted - bound)
         if lacking:
-            return [f"{owner}: {key_name}'s policy must allow events.amazonaws.com {lacking}, bound by one of {sorted(self.binding)}"]
-        return []
+            out.append(f"{owner}: {key_name}'s policy must allow events.amazonaws.com {lacking} under {self.context}")
+        if not described:
+            out.append(f"{owner}: {key_name}'s policy must allow events.amazonaws.com kms:DescribeKey, bound to the account")
+        return out
 
     def match(self, cfn):
         out = []
+        all_res = cfn.template.get("Resources") or {}
         policies = list(resources(cfn, "AWS::SQS::QueuePolicy"))
         for kind in ("AWS::Events::EventBus", "AWS::Events::Archive"):
             for name, res in resources(cfn, kind):
                 path = ["Resources", name, "Properties"]
-                for message in self.key_problems(cfn, name, props(res).get("KmsKeyIdentifier")):
+                key = props(res).get("KmsKeyIdentifier")
+                for message in self.key_problems(cfn, name, key, kind == "AWS::Events::Archive"):
                     out.append(self.problem(path, message))
                 if kind != "AWS::Events::EventBus":
                     continue
@@ -2155,6 +2176,9 @@ class BusEncryptedUnderItsOwnKey(ServicingRule):
                 if dlq is None:
                     out.append(self.problem(path, f"{name}: a DeadLetterConfig keeps the events EventBridge cannot encrypt or decrypt"))
                     continue
+                queue_key = logical_id(props(all_res.get(dlq) or {}).get("KmsMasterKeyId"))
+                if queue_key is not None and queue_key == logical_id(key):
+                    out.append(self.problem(path, f"{name}: its dead-letter queue {dlq} is encrypted under the bus's own key {queue_key}: when that key fails, the dead letters are lost too"))
                 admitted = any(
                     dlq in [logical_id(q) for q in as_list(props(policy).get("Queues") or [])]
                     and st.get("Effect") == "Allow"

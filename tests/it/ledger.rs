@@ -896,6 +896,19 @@ async fn when_an_operator_corrects_the_ledger_should_post_it_once_and_refuse_wha
         Corrected::Duplicate,
         "the same correction posts nothing"
     );
+    // A dry run reads what the post would find: the id taken.
+    let (dry, _) = correct(&handler, &store, &order, by, true)
+        .await
+        .expect("dry run");
+    assert_eq!(dry, Corrected::Duplicate);
+    let taken = CorrectionOrder {
+        amount_minor: 701,
+        ..order.clone()
+    };
+    let problem = correct(&handler, &store, &taken, by, true)
+        .await
+        .expect_err("a dry run of a collision");
+    assert!(problem.to_string().contains("collision"), "{problem}");
 
     let before = stored(&servicing, a).await;
     let refused = [

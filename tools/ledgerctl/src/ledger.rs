@@ -37,8 +37,9 @@ pub enum LedgerCommand {
         change: Change,
     },
     /// Post an operator's correcting entry on one account: one transfer between two ledger
-    /// accounts (never cash clearing), under an id you choose (the same command again posts
-    /// nothing; the id with anything else is refused), stamped with your identity and reason.
+    /// accounts (never cash clearing), under an id you choose for the account (the same command
+    /// again posts nothing; the id with anything else is refused), stamped with your identity
+    /// and reason; a dry run reads what the post would find.
     /// Entries are never edited or deleted: this is how a person changes the ledger. E.g.
     /// `ledgerctl ledger correct --account acc_1001 --id fee-twice-2026-12-01 --debit
     /// 4100:fee_income --credit 1120:fees_receivable --amount-minor 500 --reason "fee assessed

@@ -2,7 +2,8 @@
 //! only way a person changes the ledger (entries are never edited or deleted). It is posted as
 //! the consumer posts an event — the entry claimed under its id, the balances at the version
 //! read, the period checked open — so a second run of the same command is a duplicate and the
-//! same id with anything else a collision, refused.
+//! same id on the same account with anything else a collision, refused (ids are per account,
+//! like the entries they name).
 
 use chrono::{DateTime, NaiveDate};
 use ledger_postings::{LedgerPostingsHandler, MessageResult};
@@ -82,7 +83,6 @@ pub async fn correct(
     .map_err(|e| anyhow::anyhow!("refused, nothing written: {e}"))?;
     // What the correction is, not who ran it or when: the same command again is a duplicate.
     let fingerprint = Fingerprint::of_value(&serde_json::json!({
-        "accountId": order.account.as_str(),
         "debit": order.debit.code(),
         "credit": order.credit.code(),
         "amountMinor": order.amount_minor,
@@ -100,6 +100,26 @@ pub async fn correct(
         order.reason
     );
     if dry_run {
+        // What the post would find, read as it reads: the id taken, or balances that refuse it.
+        let (read, posted) = store
+            .sub_ledger_and_entry(&order.account, &entry.entry_id)
+            .await?;
+        if let Some(posted) = posted {
+            if posted.fingerprint == fingerprint.as_str() {
+                return Ok((
+                    Corrected::Duplicate,
+                    format!("posted before: {what} (dry run: nothing written)"),
+                ));
+            }
+            anyhow::bail!(
+                "would be refused (collision): {} was posted on {} with another correction",
+                entry.entry_id,
+                order.account
+            );
+        }
+        let mut next = read.map(|r| r.sub_ledger()).unwrap_or_default();
+        next.post(&entry)
+            .map_err(|e| anyhow::anyhow!("would be refused (unpostable): {e}"))?;
         return Ok((
             Corrected::WouldPost,
             format!("would post {what} (dry run: nothing written)"),
