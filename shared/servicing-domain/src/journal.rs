@@ -44,6 +44,18 @@ pub enum LedgerAccount {
 }
 
 impl LedgerAccount {
+    /// Every ledger account but the cash clearing of each provider (one per source system).
+    pub const FIXED: [LedgerAccount; 8] = [
+        LedgerAccount::PrincipalReceivable,
+        LedgerAccount::InterestReceivable,
+        LedgerAccount::FeesReceivable,
+        LedgerAccount::CustomerCredit,
+        LedgerAccount::Disbursements,
+        LedgerAccount::Suspense,
+        LedgerAccount::InterestIncome,
+        LedgerAccount::FeeIncome,
+    ];
+
     /// The stored code: the account number, its name and, for cash clearing, the provider.
     pub fn code(&self) -> String {
         match self {
@@ -63,17 +75,7 @@ impl LedgerAccount {
         if let Some(system) = code.strip_prefix("1000:cash_clearing:") {
             return Some(LedgerAccount::CashClearing(system.to_owned()));
         }
-        Some(match code {
-            "1100:principal_receivable" => LedgerAccount::PrincipalReceivable,
-            "1110:interest_receivable" => LedgerAccount::InterestReceivable,
-            "1120:fees_receivable" => LedgerAccount::FeesReceivable,
-            "2000:customer_credit" => LedgerAccount::CustomerCredit,
-            "2100:disbursements" => LedgerAccount::Disbursements,
-            "2900:suspense" => LedgerAccount::Suspense,
-            "4000:interest_income" => LedgerAccount::InterestIncome,
-            "4100:fee_income" => LedgerAccount::FeeIncome,
-            _ => return None,
-        })
+        Self::FIXED.into_iter().find(|a| a.code() == code)
     }
 }
 

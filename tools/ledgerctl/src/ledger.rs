@@ -3,7 +3,7 @@
 use chrono::NaiveDate;
 use ledger_postings::LedgerPostingsHandler;
 use servicing_domain::AccountId;
-use servicing_domain::journal::{LedgerAccount, Posting};
+use servicing_domain::journal::Posting;
 use servicing_ops::money::minor;
 use servicing_store::{ServicingStore, StoreConfig};
 
@@ -45,23 +45,8 @@ pub enum LedgerCommand {
     /// 4100:fee_income --credit 1120:fees_receivable --amount-minor 500 --reason "fee assessed
     /// twice" --dry-run`.
     Correct {
-        #[arg(long, value_parser = crate::account_id)]
-        account: AccountId,
-        /// The correction's id (1 to 64 letters, digits, '-', '_', '.'), e.g. `--id fee-twice-2026-12-01`.
-        #[arg(long)]
-        id: String,
-        /// The ledger account debited, by code (`docs/ledger.md`), e.g. `--debit 4100:fee_income`.
-        #[arg(long, value_parser = ledger_account)]
-        debit: LedgerAccount,
-        /// The ledger account credited, by code, e.g. `--credit 1120:fees_receivable`.
-        #[arg(long, value_parser = ledger_account)]
-        credit: LedgerAccount,
-        /// The amount in minor units (> 0), e.g. `--amount-minor 500` for 5.00.
-        #[arg(long)]
-        amount_minor: i64,
-        /// Why: kept on the entry for good, e.g. `--reason "fee assessed twice"`.
-        #[arg(long)]
-        reason: String,
+        #[command(flatten)]
+        order: ledgerctl::ledger_correct::CorrectionOrder,
         /// Say what would be posted; write nothing.
         #[arg(long)]
         dry_run: bool,
@@ -166,28 +151,15 @@ pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::R
                 Ok(newly || *vouch)
             }
             LedgerCommand::Correct {
-                account,
-                id,
-                debit,
-                credit,
-                amount_minor,
-                reason,
+                order,
                 dry_run,
                 change,
             } => {
                 let operator = target.authorize(change, *dry_run).await?;
-                let order = ledgerctl::ledger_correct::CorrectionOrder {
-                    account: account.clone(),
-                    id: id.clone(),
-                    debit: debit.clone(),
-                    credit: credit.clone(),
-                    amount_minor: *amount_minor,
-                    reason: reason.clone(),
-                };
                 let handler = LedgerPostingsHandler::new(store.clone());
                 // Posted, posted before or a dry run: done (a refusal is an error).
                 let (_, line) =
-                    ledgerctl::ledger_correct::correct(&handler, &store, &order, &operator, *dry_run)
+                    ledgerctl::ledger_correct::correct(&handler, &store, order, &operator, *dry_run)
                         .await?;
                 println!("{line}");
                 Ok(true)
@@ -289,11 +261,4 @@ async fn show(store: &ServicingStore, account: &AccountId, json: bool) -> anyhow
         }
     }
     Ok(true)
-}
-
-/// A ledger account by its code; a typo lists the codes there are.
-fn ledger_account(code: &str) -> Result<LedgerAccount, String> {
-    LedgerAccount::parse(code).ok_or_else(|| {
-        "not a ledger account: one of 1100:principal_receivable, 1110:interest_receivable, 1120:fees_receivable, 2000:customer_credit, 2100:disbursements, 2900:suspense, 4000:interest_income, 4100:fee_income (cash clearing is never corrected)".to_owned()
-    })
 }

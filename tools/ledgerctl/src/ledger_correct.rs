@@ -9,19 +9,50 @@ use chrono::{DateTime, NaiveDate};
 use ledger_postings::{LedgerPostingsHandler, MessageResult};
 use servicing_domain::AccountId;
 use servicing_domain::fingerprint::Fingerprint;
-use servicing_domain::journal::{Correction, LedgerAccount, Transfer, correcting_entry};
+use servicing_domain::journal::{
+    CORRECTION_ID_PREFIX, Correction, LedgerAccount, Transfer, correcting_entry,
+};
 use servicing_ops::money::minor;
 use servicing_store::ServicingStore;
 
-/// What the operator asks for.
-#[derive(Debug, Clone)]
+/// What the operator asks for (the command's arguments).
+#[derive(Debug, Clone, clap::Args)]
 pub struct CorrectionOrder {
+    #[arg(long, value_parser = account_id)]
     pub account: AccountId,
+    /// The correction's id (1 to 64 letters, digits, '-', '_', '.'), e.g. `--id fee-twice-2026-12-01`.
+    #[arg(long)]
     pub id: String,
+    /// The ledger account debited, by code (`docs/ledger.md`), e.g. `--debit 4100:fee_income`.
+    #[arg(long, value_parser = ledger_account)]
     pub debit: LedgerAccount,
+    /// The ledger account credited, by code, e.g. `--credit 1120:fees_receivable`.
+    #[arg(long, value_parser = ledger_account)]
     pub credit: LedgerAccount,
+    /// The amount in minor units (> 0), e.g. `--amount-minor 500` for 5.00.
+    #[arg(long)]
     pub amount_minor: i64,
+    /// Why: kept on the entry for good, e.g. `--reason "fee assessed twice"`.
+    #[arg(long)]
     pub reason: String,
+}
+
+fn account_id(value: &str) -> Result<AccountId, String> {
+    AccountId::parse(value).map_err(|e| e.to_string())
+}
+
+/// A ledger account by its code; a typo lists the codes a correction may use.
+fn ledger_account(code: &str) -> Result<LedgerAccount, String> {
+    LedgerAccount::parse(code).ok_or_else(|| {
+        let codes: Vec<String> = LedgerAccount::FIXED
+            .iter()
+            .map(LedgerAccount::code)
+            .collect();
+        format!(
+            "not a ledger account: one of {} (cash clearing is never corrected)",
+            codes.join(", ")
+        )
+    })
 }
 
 /// How it ended (a collision or a refusal is an error).
@@ -46,11 +77,12 @@ pub async fn correct(
     operator: &str,
     dry_run: bool,
 ) -> anyhow::Result<(Corrected, String)> {
-    let ledger_currency = store
-        .sub_ledger(&order.account)
-        .await?
-        .and_then(|r| r.currency);
-    let currency = match ledger_currency {
+    let entry_id = format!("{CORRECTION_ID_PREFIX}{}", order.id);
+    // One read, as the post makes it: the balances (and their currency) and the id, if taken.
+    let (read, posted) = store
+        .sub_ledger_and_entry(&order.account, &entry_id)
+        .await?;
+    let currency = match read.as_ref().and_then(|r| r.currency) {
         Some(currency) => currency,
         None => store
             .loan_state(&order.account)
@@ -100,10 +132,7 @@ pub async fn correct(
         order.reason
     );
     if dry_run {
-        // What the post would find, read as it reads: the id taken, or balances that refuse it.
-        let (read, posted) = store
-            .sub_ledger_and_entry(&order.account, &entry.entry_id)
-            .await?;
+        // What the post would find: the id taken, or balances that refuse the entry.
         if let Some(posted) = posted {
             if posted.fingerprint == fingerprint.as_str() {
                 return Ok((
