@@ -356,10 +356,6 @@ impl FakeEventBridge {
             .cloned()
             .collect()
     }
-
-    fn traces(&self) -> Vec<Option<String>> {
-        self.entries().into_iter().map(|e| e.trace_header).collect()
-    }
 }
 
 /// A relay over `config`'s EventBridge whose store is never reached (nothing to quarantine).
@@ -734,7 +730,8 @@ async fn when_a_record_carries_an_event_it_may_not_publish_should_quarantine_it_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per_account() {
+async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per_account_and_never_the_bus()
+ {
     let config = Engine::MiniStack.sdk_config().await;
     let servicing = Servicing::new(Engine::MiniStack).await;
     let sqs = aws_sdk_sqs::Client::new(&config);
@@ -745,28 +742,44 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
             .interceptor(sent.clone())
             .build(),
     );
-    let payment = |seq: &str, event_id: &str, account: &str| -> EventRecord {
+    let payment = |seq: usize, event_id: &str, account: &str| -> EventRecord {
         let detail = json!({"sourceSystem": "api:scope", "sourceEventId": event_id, "eventType": "PAYMENT_SETTLED",
             "accountId": account, "eventTime": "2026-09-10T10:00:00Z", "amountMinor": 100, "currency": "EUR",
             "eventId": event_id});
         let kind = ("servicing.payments-api", "PaymentSettled");
-        let mut record = outbox_record(seq, event_id, kind, Some(account), detail.to_string());
+        let mut record = outbox_record(
+            &seq.to_string(),
+            event_id,
+            kind,
+            Some(account),
+            detail.to_string(),
+        );
         record.change.new_image.insert(
             "traceHeader".into(),
-            serde_dynamo::AttributeValue::S(format!(
-                "Root=1-5759e988-bd862e3fe1be46a994272{seq:0>3}"
-            )),
+            serde_dynamo::AttributeValue::S(trace(seq)),
         );
         record
     };
-    // The reconciler's later confirmation of op_a (a MODIFY of its record) is not a payment.
-    let mut confirmation = payment("3", "op_a", "acc_api_1");
+    // Twelve API payments (more than one SendMessageBatch holds) around a fact's domain event,
+    // and the reconciler's later confirmation of op_01 (a MODIFY of its record): not a payment.
+    let mut records: Vec<EventRecord> = (1..=12)
+        .map(|i| payment(i, &format!("op_{i:02}"), &format!("acc_api_{}", i % 3)))
+        .collect();
+    let mut domain = outbox_record(
+        "50",
+        "evt_domain",
+        ("servicing.account-state", "FeeAssessed"),
+        Some("acc_api_0"),
+        json!({"eventId": "evt_domain"}).to_string(),
+    );
+    domain.change.new_image.insert(
+        "traceHeader".into(),
+        serde_dynamo::AttributeValue::S(trace(50)),
+    );
+    records.insert(6, domain);
+    let mut confirmation = payment(60, "op_01", "acc_api_1");
     confirmation.event_name = "MODIFY".into();
-    let records = vec![
-        payment("1", "op_a", "acc_api_1"),
-        payment("2", "op_b", "acc_api_2"),
-        confirmation,
-    ];
+    records.push(confirmation);
     let fake = FakeEventBridge::default();
     let (_server, fake_config) = fake.start().await;
     let relay =
@@ -774,22 +787,21 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
     let report = relay.relay(&records).await;
     assert_eq!(
         (report.published, report.skipped, report.checkpoint.clone()),
-        (2, 1, None),
+        (13, 1, None),
         "{report:?}"
     );
-    let got = sqs
-        .receive_message()
-        .queue_url(&servicing_url)
-        .max_number_of_messages(10)
-        .wait_time_seconds(2)
-        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-        .send()
-        .await
-        .expect("receive");
-    let mut seen: Vec<(String, String, String)> = got
-        .messages()
-        .iter()
-        .map(|m| {
+    let mut seen: Vec<(String, String, String)> = Vec::new();
+    for _ in 0..10 {
+        let got = sqs
+            .receive_message()
+            .queue_url(&servicing_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        for m in got.messages() {
             let attr = |name: aws_sdk_sqs::types::MessageSystemAttributeName| {
                 m.attributes()
                     .and_then(|a| a.get(&name))
@@ -797,47 +809,71 @@ async fn when_api_payments_are_relayed_should_reach_the_fifo_servicing_queue_per
                     .unwrap_or_default()
             };
             let body: Value = serde_json::from_str(m.body().unwrap_or_default()).expect("json");
-            (
+            seen.push((
                 body["sourceEventId"]
                     .as_str()
                     .unwrap_or_default()
                     .to_owned(),
                 attr(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId),
                 attr(aws_sdk_sqs::types::MessageSystemAttributeName::MessageDeduplicationId),
-            )
-        })
-        .collect();
+            ));
+            sqs.delete_message()
+                .queue_url(&servicing_url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("delete");
+        }
+        if seen.len() >= 12 {
+            break;
+        }
+    }
     seen.sort();
     // Each account in its own group (before: one static group for every API payment), the
     // deduplication id a FIFO queue requires (before: none — AWS refuses such a send), and the
     // trace of the invocation that accepted the payment (before: none).
-    let trace = |seq: &str| format!("Root=1-5759e988-bd862e3fe1be46a994272{seq}");
-    assert_eq!(
-        seen,
-        [
-            ("op_a".to_owned(), "acc_api_1".to_owned(), "op_a".to_owned(),),
-            ("op_b".to_owned(), "acc_api_2".to_owned(), "op_b".to_owned(),),
-        ]
-    );
-    let sent_traces: Vec<Value> = sent
+    let expected: Vec<(String, String, String)> = (1..=12)
+        .map(|i| {
+            let id = format!("op_{i:02}");
+            (id.clone(), format!("acc_api_{}", i % 3), id)
+        })
+        .collect();
+    assert_eq!(seen, expected);
+    let batches: Vec<Vec<Value>> = sent
         .0
         .lock()
         .expect("bodies")
         .iter()
-        .flat_map(|b| b["Entries"].as_array().cloned().unwrap_or_default())
+        .map(|b| b["Entries"].as_array().cloned().unwrap_or_default())
+        .filter(|entries| !entries.is_empty())
+        .collect();
+    assert!(
+        batches.iter().all(|entries| entries.len() <= 10),
+        "SendMessageBatch takes 10 entries at most: {:?}",
+        batches.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    let sent_traces: Vec<Value> = batches
+        .iter()
+        .flatten()
         .map(|e| e["MessageSystemAttributes"]["AWSTraceHeader"]["StringValue"].clone())
         .collect();
     assert_eq!(
         sent_traces,
-        [json!(trace("001")), json!(trace("002"))],
-        "SendMessageBatch carries each API payment's trace header"
+        (1..=12).map(|i| json!(trace(i))).collect::<Vec<_>>(),
+        "SendMessageBatch carries each API payment's trace header, in stream order"
     );
-    // The bus still gets them (other consumers may listen), with their trace.
-    assert_eq!(
-        fake.traces(),
-        [Some(trace("001")), Some(trace("002"))],
-        "PutEvents carries each outbox item's trace header"
-    );
+    // The bus carries domain events only, in their one envelope (before: each API payment too,
+    // in the inbound wire form, under servicing.payments-api).
+    let published: Vec<(String, Option<String>)> = fake
+        .entries()
+        .into_iter()
+        .map(|e| (e.event_id, e.trace_header))
+        .collect();
+    assert_eq!(published, [("evt_domain".to_owned(), Some(trace(50)))]);
+}
+
+fn trace(seq: usize) -> String {
+    format!("Root=1-5759e988-bd862e3fe1be46a994272{seq:0>3}")
 }
 
 /// An API payment's outbox insert (`servicing.payments-api` / `PaymentSettled`) carrying

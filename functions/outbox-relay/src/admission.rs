@@ -1,10 +1,11 @@
 //! What a record may publish, by the item it comes from: a write to the table is no licence to
-//! put anything on the bus (or, for an API payment, on the servicing queue). Account-state's
-//! fact records (`CLAIM#account-state#…`) publish its domain events about the record's own
-//! account; the API's idempotency records (`IDEMPOTENCY#<scope>#<operationId>`) one
-//! `PaymentSettled` of their own operation from an `api:` source. Anything else — another key
-//! prefix, source or detail type, an event about another account or operation — is refused with
-//! the reason, and the record quarantined. Separate from planning: the rules read on their own.
+//! put anything on the bus or on the servicing queue. Account-state's fact records
+//! (`CLAIM#account-state#…`) publish its domain events about the record's own account, on the
+//! bus; the API's idempotency records (`IDEMPOTENCY#<scope>#<operationId>`) send one
+//! `PaymentSettled` of their own operation from an `api:` source, to the servicing queue only
+//! (the bus carries domain events alone, in one envelope). Anything else — another key prefix,
+//! source or detail type, an event about another account or operation — is refused with the
+//! reason, and the record quarantined. Separate from planning: the rules read on their own.
 
 use std::collections::HashMap;
 
@@ -23,9 +24,9 @@ const API_RECORDS: &str = "IDEMPOTENCY#";
 const API_EVENT_TYPE: &str = "PAYMENT_SETTLED";
 const API_SOURCE_PREFIX: &str = "api:";
 
-/// Every `source` the relay may publish: the relay role's `events:source` condition lists
-/// exactly these (policy rule E9133 reads this line).
-pub const SOURCES: [&str; 2] = ["servicing.account-state", "servicing.payments-api"];
+/// Every `source` the relay may publish on the bus: the relay role's `events:source` condition
+/// lists exactly these (policy rule E9133 reads this line).
+pub const SOURCES: [&str; 1] = ["servicing.account-state"];
 
 fn string<'a>(image: &'a HashMap<String, AttributeValue>, name: &str) -> &'a str {
     match image.get(name) {
@@ -102,7 +103,8 @@ pub(crate) fn admit(
 #[cfg(test)]
 mod tests {
     #[test]
-    fn when_the_sources_are_listed_should_name_both_publishing_records() {
-        assert_eq!(super::SOURCES, [super::FACT_SOURCE, super::API_PAYMENTS.0]);
+    fn when_the_bus_sources_are_listed_should_name_the_fact_records_only() {
+        assert_eq!(super::SOURCES, [super::FACT_SOURCE]);
+        assert!(!super::SOURCES.contains(&super::API_PAYMENTS.0));
     }
 }

@@ -12,10 +12,12 @@
 //! records of the batch may have been published already and are published again on the retry:
 //! duplicates are accepted by design, consumers deduplicate on `eventId`.
 //!
-//! API-originated payments (`servicing.payments-api` / `PaymentSettled`) are also put on the
-//! FIFO servicing queue, as the contract event itself, with `MessageGroupId = accountId` (each
-//! account in order, no account behind another's) and `MessageDeduplicationId = eventId` (a FIFO
-//! queue refuses a send without one; an EventBridge rule target can set neither per event).
+//! API-originated payments (an outbox `servicing.payments-api` / `PaymentSettled`) go to the
+//! FIFO servicing queue alone, as the contract event itself — the bus carries domain events
+//! only, in one envelope (account-state publishes the payment's `PaymentApplied`) — with
+//! `MessageGroupId = accountId` (each account in order, no account behind another's) and
+//! `MessageDeduplicationId = eventId` (a FIFO queue refuses a send without one; an EventBridge
+//! rule target can set neither per event).
 //! That send is part of the record's publication: a failure checkpoints at the record, except
 //! an entry SQS refuses as the sender's fault (`SenderFault`: invalid characters, too large),
 //! which no retry can send: it is quarantined (`sqs_refused`, with SQS's code and message) and
@@ -29,7 +31,7 @@
 //!
 //! Every stream record that carries events leaves one decision record (consumer
 //! `outbox-relay`, `messageId` = the stream record's `eventID`): `published`, `sent` (an API
-//! payment also put on the servicing queue), `quarantined`, or `retried` (the checkpoint and
+//! payment put on the servicing queue), `quarantined`, or `retried` (the checkpoint and
 //! every record after it). Skipped records leave none. They are built in `decisions`.
 //!
 //! Here the handler and its batch loop. What to do with one record is planned in `plan`; a chunk
@@ -151,8 +153,8 @@ impl OutboxRelay {
             match self.plan(record) {
                 Plan::Skip => report.skipped += 1,
                 Plan::Publish(item) => {
-                    let entries: usize = chunk.iter().map(|p| p.entries.len()).sum();
-                    if entries + item.entries.len() > MAX_ENTRIES_PER_REQUEST
+                    let slots: usize = chunk.iter().map(Publishable::slots).sum();
+                    if slots + item.slots() > MAX_ENTRIES_PER_REQUEST
                         || chunk_bytes + item.size > MAX_REQUEST_BYTES
                     {
                         if let Err(failed_at) = self.flush(&mut chunk, &mut report).await {

@@ -47,7 +47,8 @@ fn business_time(detail: &serde_json::Value, now: DateTime) -> Option<DateTime> 
         .map(|time| time.min(now))
 }
 
-/// The outbox events account-state must apply (the API's accepted payments).
+/// The outbox events account-state must apply (the API's accepted payments): sent to the
+/// servicing queue, never published on the bus.
 pub(crate) const API_PAYMENTS: (&str, &str) = ("servicing.payments-api", "PaymentSettled");
 
 /// A record whose events will be published.
@@ -55,11 +56,20 @@ pub(crate) const API_PAYMENTS: (&str, &str) = ("servicing.payments-api", "Paymen
 pub(crate) struct Publishable<'a> {
     pub(crate) record: &'a EventRecord,
     pub(crate) sequence_number: &'a str,
+    /// Its `PutEvents` entries (none for an API payment, which goes to the queue alone).
     pub(crate) entries: Vec<PutEventsRequestEntry>,
     pub(crate) size: usize,
     pub(crate) enqueue: Option<Enqueue>,
     /// Its decision record, before the verdict.
     pub(crate) evidence: DecisionRecord,
+}
+
+impl Publishable<'_> {
+    /// What it takes of a chunk's 10 entries: its `PutEvents` entries, and its message of the
+    /// `SendMessageBatch` (also 10 at most).
+    pub(crate) fn slots(&self) -> usize {
+        self.entries.len() + usize::from(self.enqueue.is_some())
+    }
 }
 
 /// What to do with one stream record.
@@ -146,9 +156,25 @@ impl OutboxRelay {
                 };
             }
             size += entry_size;
-            if self.servicing_queue.is_some()
-                && (event.source.as_str(), event.detail_type.as_str()) == API_PAYMENTS
-            {
+            // An API payment goes to the servicing queue only: the bus carries domain events
+            // alone, in one envelope (account-state publishes the payment's `PaymentApplied`).
+            if (event.source.as_str(), event.detail_type.as_str()) == API_PAYMENTS {
+                if self.servicing_queue.is_none() {
+                    return Plan::Quarantine {
+                        reason: format!(
+                            "API payment {}: no servicing queue is configured to send it to",
+                            event.event_id()
+                        ),
+                        evidence,
+                    };
+                }
+                if enqueue.is_some() {
+                    return Plan::Quarantine {
+                        reason: "an idempotency record carries one API payment, this one more"
+                            .into(),
+                        evidence,
+                    };
+                }
                 let Some(group) = event.detail["accountId"].as_str().filter(|a| !a.is_empty())
                 else {
                     return Plan::Quarantine {
@@ -160,11 +186,12 @@ impl OutboxRelay {
                     };
                 };
                 enqueue = Some(Enqueue {
-                    body: detail.clone(),
+                    body: detail,
                     group: group.to_owned(),
                     deduplication: event.event_id().to_owned(),
                     trace_header: trace_header.clone(),
                 });
+                continue;
             }
             entries.push(
                 PutEventsRequestEntry::builder()

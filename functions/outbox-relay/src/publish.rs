@@ -1,6 +1,7 @@
-//! Publishing a chunk of records: one `PutEvents` request, every entry of its answer checked,
-//! then the servicing-queue sends of the API payments it published. It answers where the chunk
-//! stopped; the batch loop checkpoints there.
+//! Publishing a chunk of records: one `PutEvents` request of its domain events (none when the
+//! chunk holds API payments alone), every entry of its answer checked, then the servicing-queue
+//! sends of its API payments. It answers where the chunk stopped; the batch loop checkpoints
+//! there.
 
 use crate::failures::FailedAt;
 use crate::plan::Publishable;
@@ -17,6 +18,25 @@ impl OutboxRelay {
             return Ok(());
         }
         let sent = std::mem::take(chunk);
+        if sent.iter().any(|p| !p.entries.is_empty()) {
+            self.put_events(&sent, report).await?;
+        }
+        let enqueued = self.enqueue(&sent).await;
+        enqueued.settle(&sent, report);
+        if enqueued.done < sent.len() {
+            let reason = enqueued.stopped.unwrap_or_default();
+            return Err(FailedAt::new(sent[enqueued.done].sequence_number, reason));
+        }
+        Ok(())
+    }
+
+    /// The chunk's `PutEvents`; on a failed entry, what was published before its record still
+    /// goes to the queue, then the first record not done with is the checkpoint.
+    async fn put_events(
+        &self,
+        sent: &[Publishable<'_>],
+        report: &mut RelayReport,
+    ) -> Result<(), FailedAt> {
         let result = self
             .events
             .put_events()
@@ -67,16 +87,10 @@ impl OutboxRelay {
             );
             // What published before the failure still goes to the queue; then checkpoint.
             let enqueued = self.enqueue(&sent[..i]).await;
-            enqueued.settle(&sent, report);
+            enqueued.settle(sent, report);
             let reason = enqueued.stopped.unwrap_or_else(|| {
                 format!("EventBridge did not accept event {entry} of the request: {code}")
             });
-            return Err(FailedAt::new(sent[enqueued.done].sequence_number, reason));
-        }
-        let enqueued = self.enqueue(&sent).await;
-        enqueued.settle(&sent, report);
-        if enqueued.done < sent.len() {
-            let reason = enqueued.stopped.unwrap_or_default();
             return Err(FailedAt::new(sent[enqueued.done].sequence_number, reason));
         }
         Ok(())
