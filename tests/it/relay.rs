@@ -876,6 +876,64 @@ fn trace(seq: usize) -> String {
     format!("Root=1-5759e988-bd862e3fe1be46a994272{seq:0>3}")
 }
 
+/// An API payment the relay cannot send whole is quarantined, never half-sent nor put on the
+/// bus: an idempotency record carrying two payments, and a relay with no servicing queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_an_api_payment_cannot_be_sent_whole_should_quarantine_it() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let (servicing_url, _) = integration_tests::lambda::queue(&sqs, "servicing", true).await;
+    let mut twice = api_payment("1", "op_twice", "acc_api_1", "ref");
+    if let Some(serde_dynamo::AttributeValue::S(outbox)) = twice.change.new_image.get_mut("outbox")
+    {
+        let mut events: Vec<Value> = serde_json::from_str(outbox).expect("outbox");
+        let mut second = events[0].clone();
+        second["detail"]["amountMinor"] = json!(999_999);
+        events.push(second);
+        *outbox = Value::from(events).to_string();
+    }
+    let fake = FakeEventBridge::default();
+    let (_server, fake_config) = fake.start().await;
+    let with_queue = relay_with(&servicing, &fake_config, "bus")
+        .with_servicing_queue(sqs.clone(), &servicing_url);
+    let report = with_queue.relay(&[twice]).await;
+    let without_queue = relay_with(&servicing, &fake_config, "bus");
+    let alone = without_queue
+        .relay(&[api_payment("2", "op_alone", "acc_api_1", "ref")])
+        .await;
+    assert_eq!(
+        (
+            report.quarantined,
+            alone.quarantined,
+            report.published + alone.published
+        ),
+        (1, 1, 0)
+    );
+    let mut reasons: Vec<String> = servicing
+        .quarantine()
+        .await
+        .into_iter()
+        .map(|q| q.reason)
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[0].contains("no servicing queue"), "{reasons:?}");
+    assert!(
+        reasons[1].contains("one API payment, this one more"),
+        "{reasons:?}"
+    );
+    let got = sqs
+        .receive_message()
+        .queue_url(&servicing_url)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .expect("receive");
+    assert!(got.messages().is_empty(), "nothing half-sent");
+    assert!(fake.entries().is_empty(), "nothing on the bus");
+}
+
 /// An API payment's outbox insert (`servicing.payments-api` / `PaymentSettled`) carrying
 /// `reference`.
 fn api_payment(seq: &str, event_id: &str, account: &str, reference: &str) -> EventRecord {
