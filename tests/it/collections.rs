@@ -1166,6 +1166,162 @@ async fn when_the_receiver_wants_a_bearer_token_should_send_the_secrets_current_
     assert_eq!(receiver.answers(), [200, 401, 200]);
 }
 
+/// An HMAC signature under a Secrets Manager secret: the receiver recomputes it over the time,
+/// method, path and body it received (its own HMAC, not the notifier's code) with the secret
+/// it holds, and refuses a stale time. Rotated: refused once, read again, accepted. A signing
+/// secret too short to be a key is refused before any call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_the_receiver_wants_signed_calls_should_sign_time_method_path_and_body() {
+    let config = Engine::MiniStack.sdk_config().await;
+    let secrets = aws_sdk_secretsmanager::Client::new(&config);
+    let first_key = "k".repeat(32);
+    let create = |name: String, value: String| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .create_secret()
+                .name(name)
+                .secret_string(value)
+                .send()
+                .await
+                .expect("secret")
+                .arn()
+                .expect("arn")
+                .to_owned()
+        }
+    };
+    let arn = create(
+        format!("receiver-signing-{}", std::process::id()),
+        first_key.clone(),
+    )
+    .await;
+    let accepted = Arc::new(Mutex::new(first_key));
+    let holds = accepted.clone();
+    let signed = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let seen = signed.clone();
+    let receiver = GuardedReceiver {
+        check: Arc::new(move |r| {
+            seen.lock()
+                .expect("seen")
+                .push((r.method.to_string(), r.url.path().to_owned()));
+            hmac_matches(r, holds.lock().expect("key").as_bytes())
+        }),
+        answers: Arc::default(),
+    };
+    let server = receiver.start().await;
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let envelopes = delinquency_envelopes(&servicing).await;
+    let secret = |arn: &str| {
+        collections::auth::Auth::Hmac(Arc::new(collections::auth::SecretToken::new(
+            secrets.clone(),
+            arn,
+        )))
+    };
+    let notifier = Notifier::new(&format!("{}/notify", server.uri()), Duration::from_secs(2))
+        .expect("notifier")
+        .without_deduplication(&format!("{}/status", server.uri()))
+        .expect("status")
+        .with_auth(secret(&arn));
+    let handler = CollectionsHandler::new(servicing.store(CONSUMER), notifier.clone());
+    let first = deliver(&handler, "m1", entering_30(&envelopes)).await;
+    assert!(
+        matches!(first, MessageResult::Handled { action: SENT_NOW }),
+        "{first:?}"
+    );
+    assert_eq!(
+        notifier.status("collections_notification:x").await,
+        collections::Status::Delivered,
+        "the status question is signed too"
+    );
+    assert_eq!(receiver.answers(), [200, 200]);
+    assert_eq!(
+        signed.lock().expect("seen").clone(),
+        [
+            ("POST".to_owned(), "/notify".to_owned()),
+            (
+                "GET".to_owned(),
+                "/status/collections_notification:x".to_owned()
+            )
+        ]
+    );
+    // Rotated: the receiver holds only the new key; the warm notifier signs with the old one
+    // once (401: no notice, retried), reads the secret again, and is accepted.
+    let second_key = "s".repeat(40);
+    secrets
+        .put_secret_value()
+        .secret_id(&arn)
+        .secret_string(&second_key)
+        .send()
+        .await
+        .expect("rotated");
+    *accepted.lock().expect("key") = second_key;
+    let payload = json!({"notice": "after rotation"});
+    for want in [Some(401), None] {
+        let got = notifier
+            .send("collections_notification:rotated", &payload)
+            .await;
+        match want {
+            Some(status) => assert!(
+                matches!(got, collections::Delivery::Failed { status: Some(s), maybe_delivered: false, .. } if s == status),
+                "{got:?}"
+            ),
+            None => assert!(
+                matches!(got, collections::Delivery::Accepted { status: 200 }),
+                "{got:?}"
+            ),
+        }
+    }
+    assert_eq!(receiver.answers(), [200, 200, 401, 200]);
+    // A key of 16 bytes: no call is made.
+    let short = create(
+        format!("receiver-short-{}", std::process::id()),
+        "x".repeat(16),
+    )
+    .await;
+    let weak = Notifier::new(&format!("{}/notify", server.uri()), Duration::from_secs(2))
+        .expect("notifier")
+        .with_auth(secret(&short));
+    let refused = weak.send("collections_notification:weak", &payload).await;
+    assert!(
+        matches!(
+            &refused,
+            collections::Delivery::Failed { status: None, maybe_delivered: false, reason } if reason.contains("at least 32")
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(receiver.answers().len(), 4, "nothing reached the receiver");
+}
+
+/// Whether `request` carries `Servicing-Signature: t=<secs>,v1=<hex>` made with `key` over
+/// `<t>\n<METHOD>\n<path and query>\n<body>` as received, `t` within 5 minutes of now.
+fn hmac_matches(request: &wiremock::Request, key: &[u8]) -> bool {
+    use hmac::{KeyInit, Mac};
+    let value = header(request, "servicing-signature");
+    let mut t = None;
+    let mut v1 = None;
+    for part in value.split(',') {
+        match part.split_once('=') {
+            Some(("t", secs)) => t = secs.parse::<i64>().ok(),
+            Some(("v1", hex)) => v1 = hex::decode(hex).ok(),
+            _ => return false,
+        }
+    }
+    let (Some(t), Some(v1)) = (t, v1) else {
+        return false;
+    };
+    if (chrono::Utc::now().timestamp() - t).abs() > 300 {
+        return false;
+    }
+    let path = match request.url.query() {
+        Some(query) => format!("{}?{query}", request.url.path()),
+        None => request.url.path().to_owned(),
+    };
+    let mut mac = <hmac::Hmac<hmac_sha2::Sha256> as KeyInit>::new_from_slice(key).expect("key");
+    mac.update(format!("{t}\n{}\n{path}\n", request.method).as_bytes());
+    mac.update(&request.body);
+    mac.verify_slice(&v1).is_ok()
+}
+
 /// SigV4 with the function's credentials: the receiver recomputes the signature over what it
 /// received (method, URL, the signed headers, the body) and accepts only a match.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

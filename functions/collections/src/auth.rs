@@ -1,14 +1,18 @@
 //! How the notification receiver knows a call is ours, chosen per destination in the template
 //! (`NotificationAuth`): nothing (a receiver inside the network boundary, the local one), AWS
 //! Signature V4 with the function's role (a receiver behind API Gateway's IAM authorizer or a
-//! Lambda function URL), or a bearer token kept in Secrets Manager and rotated there without a
-//! redeploy. No credential is ever logged or recorded.
+//! Lambda function URL), a bearer token kept in Secrets Manager and rotated there without a
+//! redeploy, or an HMAC-SHA256 signature of each request under such a secret (the receiver
+//! proves the body and the time, and no token crosses the wire). No credential is ever logged
+//! or recorded.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use bytes::Bytes;
+use hmac::{Hmac, KeyInit, Mac};
+use hmac_sha2::Sha256;
 use http_body_util::Full;
 use tokio::sync::Mutex;
 
@@ -27,6 +31,27 @@ pub enum Auth {
     },
     /// `Authorization: Bearer <the secret's current value>`.
     Bearer(Arc<SecretToken>),
+    /// `Servicing-Signature: t=<unix seconds>,v1=<hex>`, keyed by the secret's current value
+    /// ([`signature`]).
+    Hmac(Arc<SecretToken>),
+}
+
+/// The header an `Hmac` call is signed in.
+pub const SIGNATURE_HEADER: &str = "servicing-signature";
+
+/// The shortest signing secret accepted, in bytes: HMAC-SHA256's output size (RFC 2104 §3).
+pub const MIN_SIGNING_SECRET: usize = 32;
+
+/// The `v1` signature of a request: lowercase hex of HMAC-SHA256 under `secret` over
+/// `<t>\n<METHOD>\n<path and query>\n<body>` — the time (a receiver refuses one more than 5
+/// minutes from its clock, so a captured call cannot be replayed later), the method and path
+/// (a status question is not a notice) and the exact body bytes. What a receiver recomputes.
+pub fn signature(secret: &[u8], t: u64, method: &str, path_and_query: &str, body: &[u8]) -> String {
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes a key of any length");
+    mac.update(format!("{t}\n{method}\n{path_and_query}\n").as_bytes());
+    mac.update(body);
+    hex::encode(mac.finalize().into_bytes())
 }
 
 impl std::fmt::Debug for Auth {
@@ -37,6 +62,7 @@ impl std::fmt::Debug for Auth {
                 region, service, ..
             } => write!(f, "Auth::SigV4({service}, {region})"),
             Auth::Bearer(token) => write!(f, "Auth::Bearer({})", token.secret_id),
+            Auth::Hmac(secret) => write!(f, "Auth::Hmac({})", secret.secret_id),
         }
     }
 }
@@ -80,7 +106,7 @@ impl SecretToken {
             .await
             .map_err(|e| {
                 format!(
-                    "cannot read the receiver's token ({}): {}",
+                    "cannot read the receiver's secret ({}): {}",
                     self.secret_id,
                     aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
                 )
@@ -118,6 +144,30 @@ impl Auth {
                 request
                     .headers_mut()
                     .insert(http::header::AUTHORIZATION, value);
+                Ok(())
+            }
+            Auth::Hmac(secret) => {
+                let key = secret.value().await?;
+                if key.len() < MIN_SIGNING_SECRET {
+                    return Err(format!(
+                        "the receiver's signing secret {} is {} bytes, at least {MIN_SIGNING_SECRET} are needed",
+                        secret.secret_id,
+                        key.len()
+                    ));
+                }
+                let t = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_err(|_| "the clock is before 1970".to_owned())?
+                    .as_secs();
+                let path = request
+                    .uri()
+                    .path_and_query()
+                    .map_or("/", http::uri::PathAndQuery::as_str)
+                    .to_owned();
+                let v1 = signature(key.as_bytes(), t, request.method().as_str(), &path, body);
+                let value = http::HeaderValue::from_str(&format!("t={t},v1={v1}"))
+                    .expect("digits and hex are a valid header value");
+                request.headers_mut().insert(SIGNATURE_HEADER, value);
                 Ok(())
             }
             Auth::SigV4 {
@@ -167,7 +217,7 @@ impl Auth {
     pub(crate) async fn prepare(&self) -> Result<(), String> {
         match self {
             Auth::None => Ok(()),
-            Auth::Bearer(token) => token.value().await.map(|_| ()),
+            Auth::Bearer(token) | Auth::Hmac(token) => token.value().await.map(|_| ()),
             Auth::SigV4 { credentials, .. } => credentials
                 .provide_credentials()
                 .await
@@ -176,9 +226,10 @@ impl Auth {
         }
     }
 
-    /// The receiver answered `status`: a refused bearer token is read again next time.
+    /// The receiver answered `status`: a refused secret (a bearer token, a signing key) is
+    /// read again next time.
     pub(crate) async fn answered(&self, status: u16) {
-        if let (Auth::Bearer(token), 401 | 403) = (self, status) {
+        if let (Auth::Bearer(token) | Auth::Hmac(token), 401 | 403) = (self, status) {
             token.forget().await;
         }
     }

@@ -24,7 +24,7 @@ pub struct Config {
     /// <url>/<actionId>` answers 200 `{"received": true|false}`); required when the receiver
     /// does not deduplicate.
     pub status_url: Option<String>,
-    /// How calls are authenticated (`NOTIFICATION_AUTH`: `none`, `sigv4`, `bearer`).
+    /// How calls are authenticated (`NOTIFICATION_AUTH`: `none`, `sigv4`, `bearer`, `hmac`).
     pub auth: NotificationAuth,
 }
 
@@ -41,6 +41,10 @@ pub enum NotificationAuth {
     },
     /// The value of the Secrets Manager secret `NOTIFICATION_SECRET_ARN` as a bearer token.
     Bearer {
+        secret_id: String,
+    },
+    /// Each call signed (HMAC-SHA256) with the value of the secret `NOTIFICATION_SECRET_ARN`.
+    Hmac {
         secret_id: String,
     },
 }
@@ -63,10 +67,13 @@ impl FromSettings for Config {
             Some("bearer") => NotificationAuth::Bearer {
                 secret_id: settings.required("NOTIFICATION_SECRET_ARN")?,
             },
+            Some("hmac") => NotificationAuth::Hmac {
+                secret_id: settings.required("NOTIFICATION_SECRET_ARN")?,
+            },
             Some(other) => {
                 return Err(ConfigError::Invalid {
                     name: "NOTIFICATION_AUTH",
-                    rule: "none, sigv4 or bearer".into(),
+                    rule: "none, sigv4, bearer or hmac".into(),
                     value: other.to_owned(),
                 });
             }
@@ -95,5 +102,37 @@ mod tests {
     fn when_the_notification_url_is_missing_should_refuse_to_start() {
         let err = Config::from_lookup(|k| (k == "TABLE_NAME").then(|| "t".into()));
         assert_eq!(err, Err(ConfigError::Missing("NOTIFICATION_URL")));
+    }
+
+    #[test]
+    fn when_calls_are_signed_should_need_the_secret_and_name_every_kind() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            Config::from_lookup(move |k| {
+                pairs
+                    .iter()
+                    .chain(&[("TABLE_NAME", "t"), ("NOTIFICATION_URL", "https://r")])
+                    .find(|(name, _)| *name == k)
+                    .map(|(_, v)| (*v).to_owned())
+            })
+        };
+        assert_eq!(
+            with(&[("NOTIFICATION_AUTH", "hmac")]).map(|c| c.auth),
+            Err(ConfigError::Missing("NOTIFICATION_SECRET_ARN"))
+        );
+        assert_eq!(
+            with(&[
+                ("NOTIFICATION_AUTH", "hmac"),
+                ("NOTIFICATION_SECRET_ARN", "arn:s")
+            ])
+            .map(|c| c.auth),
+            Ok(NotificationAuth::Hmac {
+                secret_id: "arn:s".into()
+            })
+        );
+        let Err(ConfigError::Invalid { rule, .. }) = with(&[("NOTIFICATION_AUTH", "signed")])
+        else {
+            panic!("an unknown kind is refused");
+        };
+        assert_eq!(rule, "none, sigv4, bearer or hmac");
     }
 }

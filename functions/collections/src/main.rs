@@ -37,6 +37,10 @@ async fn main() -> Result<(), Error> {
         NotificationAuth::Bearer { secret_id } => Auth::Bearer(std::sync::Arc::new(
             SecretToken::new(aws_sdk_secretsmanager::Client::new(&sdk), secret_id),
         )),
+        NotificationAuth::Hmac { secret_id } => Auth::Hmac(std::sync::Arc::new(SecretToken::new(
+            aws_sdk_secretsmanager::Client::new(&sdk),
+            secret_id,
+        ))),
     });
 
     let store = ServicingStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.store_config());
