@@ -76,6 +76,8 @@ def parameters(notification_url: str) -> dict[str, str]:
         "CreateEvidenceQueries": "false",
         # No AWS::Events::Archive either: the run backfills with ledgerctl ledger backfill.
         "CreateEventArchive": "false",
+        # Nor AWS::SecretsManager::ResourcePolicy (policy rule E9142 checks it instead).
+        "CreateSecretPolicies": "false",
     }
 
 

@@ -28,7 +28,9 @@ key, which only the break-glass role may disable, delete or re-police. E9138: th
 queries run in a workgroup that enforces its settings and encrypts results with a KMS key, into a
 bucket that forgets them. E9141: the bus and its archive are encrypted under the template's
 key, which EventBridge may use only under their encryption context, and the bus keeps what it
-cannot decrypt in a dead-letter queue that admits it, under another key. E9139 (issue #32): every API Gateway route is authorized, and an extra
+cannot decrypt in a dead-letter queue that admits it, under another key. E9142: every secret of
+the template is read only by the roles granted it and changed or deleted only by break-glass
+(its resource policy). E9139 (issue #32): every API Gateway route is authorized, and an extra
 endpoint of a function (the optional JWT one) serves exactly its HttpApi events' routes.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
@@ -2191,4 +2193,78 @@ class BusEncryptedUnderItsOwnKey(ServicingRule):
                 )
                 if not admitted:
                     out.append(self.problem(path, f"{name}: its dead-letter queue {dlq} must admit events.amazonaws.com sqs:SendMessage with aws:SourceArn {name}"))
+        return out
+
+
+# What only the break-glass role may do to a secret whose value keys the evidence.
+SECRET_GUARDED = {
+    "secretsmanager:PutSecretValue", "secretsmanager:UpdateSecret",
+    "secretsmanager:UpdateSecretVersionStage", "secretsmanager:RotateSecret",
+    "secretsmanager:DeleteSecret", "secretsmanager:PutResourcePolicy",
+    "secretsmanager:DeleteResourcePolicy",
+}
+
+
+def covers(granted, action):
+    return any(a == action or (a.endswith("*") and action.startswith(a[:-1])) for a in granted)
+
+
+class SecretsReadOnlyByTheirReaders(ServicingRule):
+    id = "E9142"
+    shortdesc = "A secret of the template is read only by the roles granted it, changed only by break-glass"
+    description = (
+        "Issue #31: the content key secret was guarded by the functions' own IAM grants alone, "
+        "so any other principal the account's IAM lets read secrets (an administrator, another "
+        "team's role) could read it and test the 7-year archive's content keys against guessed "
+        "references, or replace or delete it. Every secret of the template has a resource "
+        "policy, present with the default parameters (Secrets Manager refuses public ones: "
+        "BlockPublicPolicy), that denies secretsmanager:GetSecretValue to every principal but "
+        "exactly the roles the template grants it to, and the changes and deletion to every "
+        "principal but one (Deny, Principal *, ArnNotEquals aws:PrincipalArn)."
+    )
+
+    def match(self, cfn):
+        out = []
+        policies = list(resources(cfn, "AWS::SecretsManager::ResourcePolicy"))
+        roles = list(resources(cfn, "AWS::IAM::Role"))
+        for name, _secret in resources(cfn, "AWS::SecretsManager::Secret"):
+            readers = {role_name for role_name, role in roles
+                       if grants(cfn, role_statements(role), "secretsmanager:GetSecretValue", name)}
+            mine = [(p, policy) for p, policy in policies if logical_id(props(policy).get("SecretId")) == name]
+            if not mine:
+                out.append(self.problem(["Resources", name], (
+                    f"{name}: no resource policy - any principal the account's IAM lets read "
+                    f"secrets reads it; deny GetSecretValue to all but {sorted(readers)}")))
+                continue
+            policy_name, policy = mine[0]
+            path = ["Resources", policy_name]
+            if not on_by_default(cfn, policy):
+                out.append(self.problem(path, f"{policy_name}: off with the default parameters"))
+            if props(policy).get("BlockPublicPolicy") is not True:
+                out.append(self.problem(path, f"{policy_name}: BlockPublicPolicy: true (Secrets Manager then refuses a policy that opens it)"))
+            exempt_from_reading = None
+            guarded = set()
+            document = props(policy).get("ResourcePolicy") or {}
+            for st in as_list(document.get("Statement") or []):
+                if not isinstance(st, dict) or st.get("Effect") != "Deny" or st.get("Principal") not in ("*", {"AWS": "*"}):
+                    continue
+                conditions = st.get("Condition") or {}
+                exempt = [arn for test in ("ArnNotEquals", "ArnNotLike")
+                          for arn in as_list((conditions.get(test) or {}).get("aws:PrincipalArn") or [])]
+                if covers(actions(st), "secretsmanager:GetSecretValue"):
+                    # A role of the template by its logical id, anything else as written.
+                    exempt_from_reading = {logical_id(arn) or str(text(arn)) for arn in exempt}
+                if exempt:
+                    guarded |= {a for a in SECRET_GUARDED if covers(actions(st), a)}
+            if exempt_from_reading is None:
+                out.append(self.problem(path, f"{policy_name}: it must deny secretsmanager:GetSecretValue to every principal but {sorted(readers)}"))
+            elif exempt_from_reading != readers:
+                out.append(self.problem(path, (
+                    f"{policy_name}: its read deny exempts {sorted(exempt_from_reading)}, "
+                    f"but the roles granted GetSecretValue on {name} are {sorted(readers)}")))
+            missing = SECRET_GUARDED - guarded
+            if missing:
+                out.append(self.problem(path, (
+                    f"{policy_name}: it must deny {', '.join(sorted(missing))} to every principal "
+                    "but the break-glass role (Deny, Principal *, ArnNotEquals aws:PrincipalArn)")))
         return out
