@@ -1197,13 +1197,11 @@ async fn when_the_receiver_wants_signed_calls_should_sign_time_method_path_and_b
     .await;
     let accepted = Arc::new(Mutex::new(first_key));
     let holds = accepted.clone();
-    let signed = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let signed = Arc::new(Mutex::new(Vec::<wiremock::Request>::new()));
     let seen = signed.clone();
     let receiver = GuardedReceiver {
         check: Arc::new(move |r| {
-            seen.lock()
-                .expect("seen")
-                .push((r.method.to_string(), r.url.path().to_owned()));
+            seen.lock().expect("seen").push(r.clone());
             hmac_matches(r, holds.lock().expect("key").as_bytes())
         }),
         answers: Arc::default(),
@@ -1228,22 +1226,50 @@ async fn when_the_receiver_wants_signed_calls_should_sign_time_method_path_and_b
         matches!(first, MessageResult::Handled { action: SENT_NOW }),
         "{first:?}"
     );
+    // The status question is signed too, over its path as sent (percent-encoded).
     assert_eq!(
-        notifier.status("collections_notification:x").await,
+        notifier.status("collections_notification:x y/z").await,
         collections::Status::Delivered,
-        "the status question is signed too"
     );
     assert_eq!(receiver.answers(), [200, 200]);
+    let requests = signed.lock().expect("seen").clone();
+    let targets: Vec<(String, String)> = requests
+        .iter()
+        .map(|r| (r.method.to_string(), r.url.path().to_owned()))
+        .collect();
     assert_eq!(
-        signed.lock().expect("seen").clone(),
+        targets,
         [
             ("POST".to_owned(), "/notify".to_owned()),
             (
                 "GET".to_owned(),
-                "/status/collections_notification:x".to_owned()
+                "/status/collections_notification:x%20y%2Fz".to_owned()
             )
         ]
     );
+    // What the signature binds: a captured notice replayed under another key, with its body
+    // changed, or with another time, is refused.
+    let key = accepted.lock().expect("key").clone();
+    let notice = &requests[0];
+    assert!(hmac_matches(notice, key.as_bytes()));
+    let mut other_key = notice.clone();
+    other_key.headers.insert(
+        "idempotency-key",
+        http::HeaderValue::from_static("collections_notification:other"),
+    );
+    let mut other_body = notice.clone();
+    other_body.body.push(b' ');
+    let mut other_time = notice.clone();
+    let header_value = header(notice, "servicing-signature").to_owned();
+    let (t, v1) = header_value.split_once(',').expect("t=…,v1=…");
+    let earlier: i64 = t.trim_start_matches("t=").parse::<i64>().expect("t") - 1;
+    other_time.headers.insert(
+        "servicing-signature",
+        http::HeaderValue::from_str(&format!("t={earlier},{v1}")).expect("header"),
+    );
+    for forged in [other_key, other_body, other_time] {
+        assert!(!hmac_matches(&forged, key.as_bytes()));
+    }
     // Rotated: the receiver holds only the new key; the warm notifier signs with the old one
     // once (401: no notice, retried), reads the secret again, and is accepted.
     let second_key = "s".repeat(40);
@@ -1293,7 +1319,8 @@ async fn when_the_receiver_wants_signed_calls_should_sign_time_method_path_and_b
 }
 
 /// Whether `request` carries `Servicing-Signature: t=<secs>,v1=<hex>` made with `key` over
-/// `<t>\n<METHOD>\n<path and query>\n<body>` as received, `t` within 5 minutes of now.
+/// `<t>\n<METHOD>\n<request-target>\n<Idempotency-Key>\n<body>` as received, `t` within 5
+/// minutes of now.
 fn hmac_matches(request: &wiremock::Request, key: &[u8]) -> bool {
     use hmac::{KeyInit, Mac};
     let value = header(request, "servicing-signature");
@@ -1317,7 +1344,8 @@ fn hmac_matches(request: &wiremock::Request, key: &[u8]) -> bool {
         None => request.url.path().to_owned(),
     };
     let mut mac = <hmac::Hmac<hmac_sha2::Sha256> as KeyInit>::new_from_slice(key).expect("key");
-    mac.update(format!("{t}\n{}\n{path}\n", request.method).as_bytes());
+    let idempotency_key = header(request, "idempotency-key");
+    mac.update(format!("{t}\n{}\n{path}\n{idempotency_key}\n", request.method).as_bytes());
     mac.update(&request.body);
     mac.verify_slice(&v1).is_ok()
 }

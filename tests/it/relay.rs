@@ -934,6 +934,60 @@ async fn when_an_api_payment_cannot_be_sent_whole_should_quarantine_it() {
     assert!(fake.entries().is_empty(), "nothing on the bus");
 }
 
+/// A record's events go in one `PutEvents` request and checkpoint together: a record carrying
+/// more than one request takes (10) could never be sent, and would hold its shard until Lambda
+/// dropped the batch. It is quarantined; the records around it are published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_a_record_carries_more_events_than_one_request_takes_should_quarantine_it() {
+    let servicing = Servicing::new(Engine::MiniStack).await;
+    let fact = ("servicing.account-state", "FeeAssessed");
+    let detail = |id: &str| json!({"eventId": id}).to_string();
+    let mut crowded = outbox_record("2", "evt_crowded_00", fact, None, detail("evt_crowded_00"));
+    if let Some(serde_dynamo::AttributeValue::S(outbox)) =
+        crowded.change.new_image.get_mut("outbox")
+    {
+        let mut events: Vec<Value> = serde_json::from_str(outbox).expect("outbox");
+        for i in 1..11 {
+            let mut event = events[0].clone();
+            event["detail"]["eventId"] = json!(format!("evt_crowded_{i:02}"));
+            events.push(event);
+        }
+        *outbox = Value::from(events).to_string();
+    }
+    let records = vec![
+        outbox_record("1", "evt_before", fact, None, detail("evt_before")),
+        crowded,
+        outbox_record("3", "evt_after", fact, None, detail("evt_after")),
+    ];
+    let fake = FakeEventBridge::default();
+    let (_server, fake_config) = fake.start().await;
+    let report = relay_with(&servicing, &fake_config, "bus")
+        .relay(&records)
+        .await;
+    assert_eq!(
+        (
+            report.published,
+            report.quarantined,
+            report.checkpoint.clone()
+        ),
+        (2, 1, None),
+        "{report:?}"
+    );
+    let reasons: Vec<String> = servicing
+        .quarantine()
+        .await
+        .into_iter()
+        .map(|q| q.reason)
+        .collect();
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(
+        reasons[0].contains("11 events are more than one PutEvents request takes (10)"),
+        "{reasons:?}"
+    );
+    let published: Vec<String> = fake.entries().into_iter().map(|e| e.event_id).collect();
+    assert_eq!(published, ["evt_before", "evt_after"]);
+}
+
 /// An API payment's outbox insert (`servicing.payments-api` / `PaymentSettled`) carrying
 /// `reference`.
 fn api_payment(seq: &str, event_id: &str, account: &str, reference: &str) -> EventRecord {

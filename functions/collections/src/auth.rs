@@ -42,14 +42,33 @@ pub const SIGNATURE_HEADER: &str = "servicing-signature";
 /// The shortest signing secret accepted, in bytes: HMAC-SHA256's output size (RFC 2104 §3).
 pub const MIN_SIGNING_SECRET: usize = 32;
 
-/// The `v1` signature of a request: lowercase hex of HMAC-SHA256 under `secret` over
-/// `<t>\n<METHOD>\n<path and query>\n<body>` — the time (a receiver refuses one more than 5
-/// minutes from its clock, so a captured call cannot be replayed later), the method and path
-/// (a status question is not a notice) and the exact body bytes. What a receiver recomputes.
-pub fn signature(secret: &[u8], t: u64, method: &str, path_and_query: &str, body: &[u8]) -> String {
+/// What a request's `v1` signature covers: the time (a receiver refuses one more than 5
+/// minutes from its clock), the method and the request-target exactly as sent — the path
+/// percent-encoded as on the wire, with its query (a status question is not a notice) — the
+/// `Idempotency-Key` (empty on a status question: a captured notice cannot be replayed under
+/// another key) and the exact body bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Signed<'a> {
+    pub t: u64,
+    pub method: &'a str,
+    pub target: &'a str,
+    pub idempotency_key: &'a str,
+    pub body: &'a [u8],
+}
+
+/// The `v1` signature: lowercase hex of HMAC-SHA256 under `secret` over
+/// `<t>\n<METHOD>\n<request-target>\n<Idempotency-Key>\n<body>`. What a receiver recomputes.
+pub fn signature(secret: &[u8], signed: &Signed<'_>) -> String {
     let mut mac =
         <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes a key of any length");
-    mac.update(format!("{t}\n{method}\n{path_and_query}\n").as_bytes());
+    let Signed {
+        t,
+        method,
+        target,
+        idempotency_key,
+        body,
+    } = signed;
+    mac.update(format!("{t}\n{method}\n{target}\n{idempotency_key}\n").as_bytes());
     mac.update(body);
     hex::encode(mac.finalize().into_bytes())
 }
@@ -120,6 +139,19 @@ impl SecretToken {
         Ok(value)
     }
 
+    /// The value as a signing key: refused when too short to be one.
+    async fn signing_key(&self) -> Result<String, String> {
+        let key = self.value().await?;
+        if key.len() < MIN_SIGNING_SECRET {
+            return Err(format!(
+                "the receiver's signing secret {} is {} bytes, at least {MIN_SIGNING_SECRET} are needed",
+                self.secret_id,
+                key.len()
+            ));
+        }
+        Ok(key)
+    }
+
     /// The receiver refused the value: read it again next time (it may have been rotated).
     async fn forget(&self) {
         *self.cached.lock().await = None;
@@ -147,24 +179,30 @@ impl Auth {
                 Ok(())
             }
             Auth::Hmac(secret) => {
-                let key = secret.value().await?;
-                if key.len() < MIN_SIGNING_SECRET {
-                    return Err(format!(
-                        "the receiver's signing secret {} is {} bytes, at least {MIN_SIGNING_SECRET} are needed",
-                        secret.secret_id,
-                        key.len()
-                    ));
-                }
+                let key = secret.signing_key().await?;
                 let t = SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map_err(|_| "the clock is before 1970".to_owned())?
                     .as_secs();
-                let path = request
+                let target = request
                     .uri()
                     .path_and_query()
-                    .map_or("/", http::uri::PathAndQuery::as_str)
-                    .to_owned();
-                let v1 = signature(key.as_bytes(), t, request.method().as_str(), &path, body);
+                    .map_or("/", http::uri::PathAndQuery::as_str);
+                let idempotency_key = request
+                    .headers()
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                let v1 = signature(
+                    key.as_bytes(),
+                    &Signed {
+                        t,
+                        method: request.method().as_str(),
+                        target,
+                        idempotency_key,
+                        body,
+                    },
+                );
                 let value = http::HeaderValue::from_str(&format!("t={t},v1={v1}"))
                     .expect("digits and hex are a valid header value");
                 request.headers_mut().insert(SIGNATURE_HEADER, value);
@@ -217,7 +255,8 @@ impl Auth {
     pub(crate) async fn prepare(&self) -> Result<(), String> {
         match self {
             Auth::None => Ok(()),
-            Auth::Bearer(token) | Auth::Hmac(token) => token.value().await.map(|_| ()),
+            Auth::Bearer(token) => token.value().await.map(|_| ()),
+            Auth::Hmac(secret) => secret.signing_key().await.map(|_| ()),
             Auth::SigV4 { credentials, .. } => credentials
                 .provide_credentials()
                 .await

@@ -122,7 +122,8 @@ impl OutboxRelay {
         }
     }
 
-    /// Also puts API payments on the FIFO servicing queue at `queue_url`.
+    /// Sends API payments to the FIFO servicing queue at `queue_url` (without one, they are
+    /// quarantined: they have nowhere else to go).
     pub fn with_servicing_queue(
         mut self,
         sqs: aws_sdk_sqs::Client,

@@ -139,6 +139,48 @@ impl OutboxRelay {
                 };
             }
             let detail = event.detail.to_string();
+            // An API payment goes to the servicing queue only: the bus carries domain events
+            // alone, in one envelope (account-state publishes the payment's `PaymentApplied`).
+            if (event.source.as_str(), event.detail_type.as_str()) == API_PAYMENTS {
+                let refused = |reason: String| Plan::Quarantine {
+                    reason,
+                    evidence: evidence.clone(),
+                };
+                if self.servicing_queue.is_none() {
+                    return refused(format!(
+                        "API payment {}: no servicing queue is configured to send it to",
+                        event.event_id()
+                    ));
+                }
+                if enqueue.is_some() {
+                    return refused(
+                        "an idempotency record carries one API payment, this one more".into(),
+                    );
+                }
+                // SQS's message limit (its body alone counts; the trace is a system attribute).
+                if detail.len() > MAX_REQUEST_BYTES {
+                    return refused(format!(
+                        "API payment {} is {} bytes, over the servicing queue's {MAX_REQUEST_BYTES}-byte message limit",
+                        event.event_id(),
+                        detail.len()
+                    ));
+                }
+                let Some(group) = event.detail["accountId"].as_str().filter(|a| !a.is_empty())
+                else {
+                    return refused(format!(
+                        "API payment {} has no accountId to group it by",
+                        event.event_id()
+                    ));
+                };
+                size += detail.len();
+                enqueue = Some(Enqueue {
+                    body: detail,
+                    group: group.to_owned(),
+                    deduplication: event.event_id().to_owned(),
+                    trace_header: trace_header.clone(),
+                });
+                continue;
+            }
             let time = business_time(&event.detail, now);
             // EventBridge counts Source, DetailType, Detail, 14 bytes for a Time (and
             // Resources, unused here).
@@ -156,43 +198,6 @@ impl OutboxRelay {
                 };
             }
             size += entry_size;
-            // An API payment goes to the servicing queue only: the bus carries domain events
-            // alone, in one envelope (account-state publishes the payment's `PaymentApplied`).
-            if (event.source.as_str(), event.detail_type.as_str()) == API_PAYMENTS {
-                if self.servicing_queue.is_none() {
-                    return Plan::Quarantine {
-                        reason: format!(
-                            "API payment {}: no servicing queue is configured to send it to",
-                            event.event_id()
-                        ),
-                        evidence,
-                    };
-                }
-                if enqueue.is_some() {
-                    return Plan::Quarantine {
-                        reason: "an idempotency record carries one API payment, this one more"
-                            .into(),
-                        evidence,
-                    };
-                }
-                let Some(group) = event.detail["accountId"].as_str().filter(|a| !a.is_empty())
-                else {
-                    return Plan::Quarantine {
-                        reason: format!(
-                            "API payment {} has no accountId to group it by",
-                            event.event_id()
-                        ),
-                        evidence,
-                    };
-                };
-                enqueue = Some(Enqueue {
-                    body: detail,
-                    group: group.to_owned(),
-                    deduplication: event.event_id().to_owned(),
-                    trace_header: trace_header.clone(),
-                });
-                continue;
-            }
             entries.push(
                 PutEventsRequestEntry::builder()
                     .event_bus_name(&self.event_bus)
@@ -203,6 +208,18 @@ impl OutboxRelay {
                     .set_trace_header(trace_header.clone())
                     .build(),
             );
+        }
+        // A record's events go in one request and checkpoint together: more than one request
+        // takes could never be sent.
+        if entries.len() > crate::MAX_ENTRIES_PER_REQUEST {
+            return Plan::Quarantine {
+                reason: format!(
+                    "a record's {} events are more than one PutEvents request takes ({})",
+                    entries.len(),
+                    crate::MAX_ENTRIES_PER_REQUEST
+                ),
+                evidence,
+            };
         }
         if size > MAX_REQUEST_BYTES {
             return Plan::Quarantine {

@@ -435,7 +435,7 @@ pub fn outbox(command: &OutboxCommand, target: &Target) -> anyhow::Result<bool> 
             failed += report.failed;
         }
         println!(
-            "republished the events of {published} of {} records to {bus}; {quarantined} quarantined (ledgerctl quarantine list --consumer outbox-relay); {failed} not confirmed{} (by {operator})",
+            "republished the events of {published} of {} records to {bus} (API payments to the servicing queue); {quarantined} quarantined (ledgerctl quarantine list --consumer outbox-relay); {failed} not confirmed{} (by {operator})",
             carriers.len(),
             if failed > 0 { " (run again)" } else { "" }
         );
