@@ -26,6 +26,7 @@ on_both_engines!(
     when_a_reversal_entry_is_not_the_opposite_of_its_payments_should_name_it,
     when_a_bill_was_published_without_its_currency_should_post_it_in_the_accounts,
     when_an_operator_corrects_the_ledger_should_post_it_once_and_refuse_what_it_cannot_be,
+    when_allocations_are_listed_should_read_each_payment_the_ledger_posted_or_the_index_holds,
 );
 
 /// Generated streams per engine for the property.
@@ -949,4 +950,101 @@ async fn when_an_operator_corrects_the_ledger_should_post_it_once_and_refuse_wha
         (why.reason.as_str(), why.by.as_str()),
         (order.reason.as_str(), by)
     );
+}
+
+/// `GET /v1/loans/{id}/allocations` lists an account's payments through its ledger (no index
+/// write per payment) and, for records of the earlier release, through `AllocationsIndex`;
+/// each allocation is read from its payment's record. Over generated streams (payments,
+/// reversals, overpayments): an account whose events the ledger posted lists exactly what the
+/// specification stored; one whose records carry the old index key lists them too; one neither
+/// posted nor indexed lists nothing yet — what servicing stored (`servicing.allocations`, its
+/// records) does not depend on either.
+async fn when_allocations_are_listed_should_read_each_payment_the_ledger_posted_or_the_index_holds(
+    engine: Engine,
+) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    for seed in 0..2u64 {
+        let mut rng = Rng(seed * 7_919 + 5);
+        let accounts: Vec<String> = (0..3).map(|a| format!("acc_al{seed}_{a}")).collect();
+        let (spec, bodies) = integration_tests::generate::ordering_case(&mut rng, &accounts, true);
+        let servicing = Servicing::new(engine).await;
+        serviced(&servicing, &bodies).await;
+        let (posted, indexed, neither) = (&accounts[0], &accounts[1], &accounts[2]);
+        let of = |account: &str| -> Vec<servicing_domain::StoredAllocation> {
+            let mut v: Vec<_> = spec
+                .allocations()
+                .filter(|a| a.account_id.as_str() == account)
+                .cloned()
+                .collect();
+            v.sort_by(|a, b| {
+                (&a.payment.system, &a.payment.event_id)
+                    .cmp(&(&b.payment.system, &b.payment.event_id))
+            });
+            v
+        };
+        let context = format!("{engine:?}, stream {seed}");
+        assert!(
+            !of(posted).is_empty() && !of(indexed).is_empty(),
+            "{context}: the streams pay"
+        );
+        // The ledger posts the first account's events only.
+        let envelopes: Vec<String> = published(&servicing)
+            .await
+            .into_iter()
+            .filter(|e| e.contains(&format!("\"accountId\":\"{posted}\"")))
+            .collect();
+        post_all(&[ledger_handler(&servicing)], &envelopes, &mut rng, "al").await;
+        // The second account's payment records as the earlier release wrote them.
+        for a in of(indexed) {
+            let (pk, sk) = servicing_store::items::claim_key("account-state", &a.payment);
+            servicing
+                .client
+                .update_item()
+                .table_name(&servicing.table)
+                .key("pk", AttributeValue::S(pk))
+                .key("sk", AttributeValue::S(sk))
+                .update_expression("SET allocatedTo = :a")
+                .expression_attribute_values(":a", AttributeValue::S(indexed.clone()))
+                .send()
+                .await
+                .expect("index key");
+        }
+        let store = servicing.store("payments-api");
+        for (account, expected) in [
+            (posted, of(posted)),
+            (indexed, of(indexed)),
+            (neither, Vec::new()),
+        ] {
+            let id = AccountId::parse(account).expect("id");
+            let listed = store.allocations(&id).await.expect("listed");
+            assert_eq!(listed, expected, "{context}: {account}");
+            assert_eq!(
+                servicing.allocations(account).await,
+                of(account),
+                "{context}: {account} as stored"
+            );
+        }
+        // And through the API's route.
+        let api = payments_api::PaymentsApi::new(servicing.store("payments-api"));
+        let response = api
+            .handle(integration_tests::api_gateway::event(
+                "GET",
+                &format!("/v1/loans/{posted}/allocations"),
+                "GET /v1/loans/{accountId}/allocations",
+                Some("arn:aws:iam::123456789012:user/alice"),
+                None,
+                None,
+            ))
+            .await;
+        assert_eq!(response.status(), 200);
+        let body: Value = match response.body() {
+            lambda_http::Body::Text(text) => serde_json::from_str(text).expect("json"),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            body["allocations"].as_array().map(Vec::len),
+            Some(of(posted).len()),
+            "{context}: {body}"
+        );
+    }
 }

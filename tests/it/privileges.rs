@@ -174,6 +174,23 @@ async fn when_the_payments_api_runs_should_touch_only_what_its_role_declares(eng
             .status(),
         200
     );
+    // Applied, and posted by the ledger: the allocations route reads the account's journal
+    // and the payment's record.
+    let detail = crate::payments_api::api_outbox(&servicing).await[0]
+        .detail
+        .clone();
+    assert_eq!(
+        process(&servicing.handler(), &[("api", detail)]).await,
+        [MessageResult::Applied]
+    );
+    let envelopes = crate::ledger::published(&servicing).await;
+    crate::ledger::post_all(
+        &[crate::ledger::ledger_handler(&servicing)],
+        &envelopes,
+        &mut integration_tests::Rng(7),
+        "iam",
+    )
+    .await;
     for (path, route) in [
         ("/v1/loans/acc_iam_api", "GET /v1/loans/{accountId}"),
         (

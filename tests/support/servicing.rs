@@ -301,10 +301,10 @@ impl Servicing {
         )
     }
 
+    /// The account's allocations as servicing stored them (its payments' records).
     pub async fn allocations(&self, account: &str) -> Vec<StoredAllocation> {
         let id = AccountId::parse(account).expect("account id");
-        self.store("test-reader")
-            .allocations(&id)
+        servicing_ops::report::allocations(&self.store("test-reader"), &id)
             .await
             .expect("allocations")
     }

@@ -1,5 +1,6 @@
 //! An account's state as operators and the contract's `*.expected.json` read it: the loan, its
-//! allocations and its delinquency changes (the outbox events). Scans: never on a hot path.
+//! allocations (its payments' records) and its delinquency changes (the outbox events). Scans:
+//! never on a hot path.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::AccountId;
@@ -53,6 +54,45 @@ pub async fn outbox_details(
     Ok(out)
 }
 
+/// The account's stored allocations, read from its applied payments' records themselves, in
+/// the order of the payments' identities: what servicing stored, whether or not the ledger has
+/// posted them yet (the API lists them through the ledger: `ServicingStore::allocations`). A
+/// scan: for operators and tests on small tables, never on a hot path.
+pub async fn allocations(
+    store: &ServicingStore,
+    account_id: &AccountId,
+) -> Result<Vec<servicing_domain::StoredAllocation>, StoreError> {
+    let found: Vec<crate::Item> = store
+        .client()
+        .scan()
+        .table_name(store.table())
+        .filter_expression(
+            "itemType = :claim AND accountId = :account AND eventType = :payment AND verdict = :applied",
+        )
+        .expression_attribute_values(":claim", AttributeValue::S(ClaimRecord::ITEM_TYPE.into()))
+        .expression_attribute_values(":account", AttributeValue::S(account_id.as_str().into()))
+        .expression_attribute_values(
+            ":payment",
+            AttributeValue::S(servicing_store::items::PAYMENT_SETTLED.into()),
+        )
+        .expression_attribute_values(":applied", AttributeValue::S("APPLIED".into()))
+        .consistent_read(true)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(servicing_store::classify)?;
+    let mut out = Vec::with_capacity(found.len());
+    for item in &found {
+        out.extend(servicing_store::items::allocation_from_claim(item)?);
+    }
+    out.sort_by(|a, b| {
+        (&a.payment.system, &a.payment.event_id).cmp(&(&b.payment.system, &b.payment.event_id))
+    });
+    Ok(out)
+}
+
 /// The account in the shape of the contract's `*.expected.json` (`None`: no such account).
 pub async fn account_report(
     store: &ServicingStore,
@@ -61,7 +101,7 @@ pub async fn account_report(
     let Some(account) = store.loan_state(account_id).await?.and_then(|l| l.account) else {
         return Ok(None);
     };
-    let allocations = store.allocations(account_id).await?;
+    let allocations = allocations(store, account_id).await?;
     let changes = outbox_details(
         store,
         account_id,

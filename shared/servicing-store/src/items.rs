@@ -4,8 +4,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::{
-    AccountId, AllocationWrite, Applied, DomainEvent, ParkedFact, ParkedFacts, SourceRef,
-    StoredAllocation,
+    AccountId, Applied, DomainEvent, ParkedFact, ParkedFacts, SourceRef, StoredAllocation,
 };
 
 use crate::schema::{ClaimRecord, OutboxEvent};
@@ -37,6 +36,10 @@ pub const TRACE_HEADER: &str = "traceHeader";
 /// A fact's identity on its record (`ClaimRecord::source_system`, `source_event_id`).
 pub const SOURCE_SYSTEM: &str = "sourceSystem";
 pub const SOURCE_EVENT_ID: &str = "sourceEventId";
+/// A fact record's type (`ClaimRecord::event_type`), and the type whose applied records hold an
+/// allocation.
+pub const EVENT_TYPE: &str = "eventType";
+pub const PAYMENT_SETTLED: &str = "PAYMENT_SETTLED";
 /// The sparse index listing an account's allocations, and its key (`ClaimRecord::allocated_to`).
 pub const ALLOCATIONS_INDEX: &str = "AllocationsIndex";
 pub const ALLOCATED_TO: &str = "allocatedTo";
@@ -272,10 +275,6 @@ pub fn claim_item(
     let events: Vec<OutboxEvent> = applied
         .map(|a| a.outbox.iter().map(|e| outbox_event(consumer, e)).collect())
         .unwrap_or_default();
-    let allocated_to = applied.and_then(|a| match &a.allocation {
-        Some(AllocationWrite::Record(stored)) => Some(stored.account_id.as_str().to_owned()),
-        _ => None,
-    });
     let outbox = OutboxEvent::encode(&events)?;
     crate::schema::to_item(&ClaimRecord {
         pk,
@@ -293,7 +292,9 @@ pub fn claim_item(
         expires_at,
         trace_header: outbox.as_ref().and_then(|_| current_trace_header()),
         outbox,
-        allocated_to,
+        // Written by earlier releases only: a payment is listed through its account's ledger
+        // now, not by an index write of its own (`ServicingStore::allocations`).
+        allocated_to: None,
         reversed_by: None,
     })
 }

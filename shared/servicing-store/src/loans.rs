@@ -53,9 +53,9 @@ impl Target {
         {
             return Ok(Target::Applied(allocation));
         }
-        let event_type = items::string(&claim, CLAIM_EVENT_TYPE).unwrap_or_default();
+        let event_type = items::string(&claim, items::EVENT_TYPE).unwrap_or_default();
         let applied = items::string(&claim, items::VERDICT) == Some(Verdict::Applied.as_str());
-        if applied && event_type != PAYMENT_SETTLED {
+        if applied && event_type != items::PAYMENT_SETTLED {
             return Ok(Target::NotAPayment(event_type.to_owned()));
         }
         Ok(match items::applied_elsewhere(&claim, account_id) {
@@ -64,10 +64,6 @@ impl Target {
         })
     }
 }
-
-/// The claim's attribute naming its fact's type (`ClaimRecord::event_type`).
-const CLAIM_EVENT_TYPE: &str = "eventType";
-const PAYMENT_SETTLED: &str = "PAYMENT_SETTLED";
 
 /// What consistent reads of an account return: its loan item and what is known of the payments
 /// its reversals refer to.
@@ -292,10 +288,70 @@ impl ServicingStore {
         ))
     }
 
-    /// Every stored allocation of an account, in the order of the payments' identities: its
-    /// applied payments' records, through the sparse `AllocationsIndex` (eventually
-    /// consistent: a payment applied a moment ago may not be listed yet).
+    /// Every stored allocation of an account, in the order of the payments' identities, each
+    /// read from its payment's own record as servicing stored it. Which payments: those the
+    /// account's ledger posted (its journal's `PaymentApplied` entries name them: the ledger
+    /// is the account's index of its money, kept anyway), and those the sparse
+    /// `AllocationsIndex` lists — records written before the journal was the listing carry
+    /// `allocatedTo`; new ones do not, so a payment costs no index write. A payment applied a
+    /// moment ago is listed once the ledger has posted it (seconds); `GET /v1/payments/{id}`
+    /// reads one payment's record at once.
     pub async fn allocations(
+        &self,
+        account_id: &AccountId,
+    ) -> Result<Vec<StoredAllocation>, StoreError> {
+        let mut by_payment: std::collections::BTreeMap<(String, String), StoredAllocation> =
+            std::collections::BTreeMap::new();
+        for allocation in self.indexed_allocations(account_id).await? {
+            by_payment.insert(
+                (
+                    allocation.payment.system.clone(),
+                    allocation.payment.event_id.clone(),
+                ),
+                allocation,
+            );
+        }
+        let mut posted = Vec::new();
+        for entry in self.journal(account_id).await?.entries {
+            if entry.event_type != servicing_domain::outbox::detail_types::PAYMENT_APPLIED {
+                continue;
+            }
+            let payment = entry.posting()?.entry.trigger;
+            if !by_payment.contains_key(&(payment.system.clone(), payment.event_id.clone())) {
+                posted.push(items::claim_key(APPLIER, &payment));
+            }
+        }
+        for chunk in posted.chunks(BATCH_GET_MAX_KEYS) {
+            let found = self.batch_get(chunk).await?;
+            for key in chunk {
+                let allocation = found
+                    .get(key)
+                    .map(items::allocation_from_claim)
+                    .transpose()?
+                    .flatten()
+                    .filter(|a| &a.account_id == account_id)
+                    .ok_or_else(|| {
+                        StoreError::Corrupt(format!(
+                            "the ledger of {account_id} posted payment {}, whose record holds no allocation on it",
+                            key.0
+                        ))
+                    })?;
+                by_payment.insert(
+                    (
+                        allocation.payment.system.clone(),
+                        allocation.payment.event_id.clone(),
+                    ),
+                    allocation,
+                );
+            }
+        }
+        Ok(by_payment.into_values().collect())
+    }
+
+    /// The allocations the sparse `AllocationsIndex` lists for the account (eventually
+    /// consistent): records that carry `allocatedTo`, written before the ledger's journal
+    /// was the listing.
+    async fn indexed_allocations(
         &self,
         account_id: &AccountId,
     ) -> Result<Vec<StoredAllocation>, StoreError> {
@@ -317,12 +373,12 @@ impl ServicingStore {
         for item in &found {
             allocations.extend(items::allocation_from_claim(item)?);
         }
-        allocations.sort_by(|a, b| {
-            (&a.payment.system, &a.payment.event_id).cmp(&(&b.payment.system, &b.payment.event_id))
-        });
         Ok(allocations)
     }
 }
+
+/// The consumer whose records hold the allocations.
+const APPLIER: &str = "account-state";
 
 /// Puts each body kept apart (from `found`, the partition's body items) on its parked fact. The
 /// loan item and its bodies are written in one transaction, but a partition read over several

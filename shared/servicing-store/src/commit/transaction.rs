@@ -146,8 +146,7 @@ impl ServicingStore {
         Ok(transaction)
     }
 
-    /// A reversal's mark on its payment's record, once: an applied payment (it carries
-    /// `allocatedTo`) not reversed yet.
+    /// A reversal's mark on its payment's record, once: an applied payment not reversed yet.
     fn mark_reversed(
         &self,
         payment: &SourceRef,
@@ -161,10 +160,13 @@ impl ServicingStore {
             ))))
             .update_expression("SET #reversedBy = :reversal")
             .condition_expression(
-                "attribute_exists(#allocatedTo) AND attribute_not_exists(#reversedBy)",
+                "#verdict = :applied AND #eventType = :payment AND attribute_not_exists(#reversedBy)",
             )
-            .expression_attribute_names("#allocatedTo", items::ALLOCATED_TO)
+            .expression_attribute_names("#verdict", items::VERDICT)
+            .expression_attribute_names("#eventType", items::EVENT_TYPE)
             .expression_attribute_names("#reversedBy", items::REVERSED_BY)
+            .expression_attribute_values(":applied", items::s(Verdict::Applied.as_str()))
+            .expression_attribute_values(":payment", items::s(items::PAYMENT_SETTLED))
             .expression_attribute_values(":reversal", items::reversal_mark_value(mark)?)
             // Tells this reversal (reversedBy is itself: a duplicate) from another.
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
