@@ -364,7 +364,7 @@ def write_env(outputs: dict[str, str]) -> Path:
     return path
 
 
-DECIDING_FUNCTIONS = ["AccountState", "OutboxRelay", "Collections", "PaymentsApi"]
+DECIDING_FUNCTIONS = ["AccountState", "OutboxRelay", "Collections", "LedgerPostings", "PaymentsApi"]
 
 
 def collect_decisions(outputs: dict[str, str], since_ms: int) -> Path:

@@ -291,6 +291,21 @@ fn account_section(a: &AccountImpact) -> Markup {
                 }
             }
         }
+        @if !a.other_consumers.is_empty() {
+            p { "What the other consumers decided on it (collections, the ledger)" }
+            table {
+                tr { th { "consumer" } th { "verdict" } th.n { "decisions" } }
+                @for (consumer, verdicts) in &a.other_consumers {
+                    @for (verdict, n) in verdicts {
+                        tr {
+                            td { (consumer) }
+                            td.person[matches!(verdict.as_str(), "collision" | "quarantined")] { (verdict) }
+                            td.n { (n) }
+                        }
+                    }
+                }
+            }
+        }
         @if !a.collections_actions.is_empty() {
             p { "Collections actions" }
             table {

@@ -54,8 +54,15 @@ fn a_record_field_should_be_data_never_markup() {
     report.accounts[0].facts[0].source_event_id = Some(hostile.into());
     report.accounts[0].collisions_found[0].received = serde_json::json!({"note": hostile});
     report.per_minute[0].source_system = hostile.into();
+    report.accounts[0]
+        .other_consumers
+        .insert(hostile.into(), [(hostile.into(), 1)].into());
     let html = ledgerctl::incident_html::render(&report).expect("renders");
     assert!(!html.contains("<script>"), "every field escaped");
+    assert!(
+        html.contains("<td>ledger-postings</td>"),
+        "the other consumers' decisions are on the page"
+    );
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
 }
 
@@ -234,7 +241,16 @@ fn account(id: &str, amount: i64, collided: bool) -> AccountImpact {
         })],
         collections_actions: Vec::new(),
         suspected_duplicates: Vec::new(),
-        other_consumers: Default::default(),
+        // The ledger posted the payment; after a collision it quarantined the payment's event.
+        other_consumers: [(
+            "ledger-postings".to_owned(),
+            [(
+                if collided { "quarantined" } else { "posted" }.to_owned(),
+                1,
+            )]
+            .into(),
+        )]
+        .into(),
     }
 }
 
