@@ -970,6 +970,14 @@ async fn when_allocations_are_listed_should_read_each_payment_the_ledger_posted_
         let servicing = Servicing::new(engine).await;
         serviced(&servicing, &bodies).await;
         let (posted, indexed, neither) = (&accounts[0], &accounts[1], &accounts[2]);
+        // A payment of nothing (the contract allows 0): applied, but the ledger posts nothing.
+        let mut nothing =
+            integration_tests::generate::pay(posted, &format!("pay-nothing-{seed}"), 30, 0);
+        nothing["currency"] = servicing.account_report(posted).await["currency"].clone();
+        let applied =
+            integration_tests::servicing::process(&servicing.handler(), &[("nothing", nothing)])
+                .await;
+        assert_eq!(applied, [account_state::MessageResult::Applied]);
         let of = |account: &str| -> Vec<servicing_domain::StoredAllocation> {
             let mut v: Vec<_> = spec
                 .allocations()
@@ -1010,14 +1018,22 @@ async fn when_allocations_are_listed_should_read_each_payment_the_ledger_posted_
                 .expect("index key");
         }
         let store = servicing.store("payments-api");
+        let stored = servicing.allocations(posted).await;
+        assert_eq!(
+            stored.len(),
+            of(posted).len() + 1,
+            "{context}: the payment of nothing is stored too"
+        );
         for (account, expected) in [
-            (posted, of(posted)),
+            (posted, stored),
             (indexed, of(indexed)),
             (neither, Vec::new()),
         ] {
             let id = AccountId::parse(account).expect("id");
             let listed = store.allocations(&id).await.expect("listed");
             assert_eq!(listed, expected, "{context}: {account}");
+        }
+        for account in [indexed, neither] {
             assert_eq!(
                 servicing.allocations(account).await,
                 of(account),
@@ -1043,7 +1059,7 @@ async fn when_allocations_are_listed_should_read_each_payment_the_ledger_posted_
         };
         assert_eq!(
             body["allocations"].as_array().map(Vec::len),
-            Some(of(posted).len()),
+            Some(of(posted).len() + 1),
             "{context}: {body}"
         );
     }

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use servicing_domain::{
-    AccountId, Applied, DomainEvent, ParkedFact, ParkedFacts, SourceRef, StoredAllocation,
+    AccountId, AllocationWrite, Applied, DomainEvent, ParkedFact, ParkedFacts, SourceRef,
+    StoredAllocation,
 };
 
 use crate::schema::{ClaimRecord, OutboxEvent};
@@ -40,7 +41,8 @@ pub const SOURCE_EVENT_ID: &str = "sourceEventId";
 /// allocation.
 pub const EVENT_TYPE: &str = "eventType";
 pub const PAYMENT_SETTLED: &str = "PAYMENT_SETTLED";
-/// The sparse index listing an account's allocations, and its key (`ClaimRecord::allocated_to`).
+/// The sparse index listing the payments an account's ledger does not (no money; earlier
+/// releases), and its key (`ClaimRecord::allocated_to`).
 pub const ALLOCATIONS_INDEX: &str = "AllocationsIndex";
 pub const ALLOCATED_TO: &str = "allocatedTo";
 /// The filter that keeps only what is not past its `expiresAt` (epoch s; bind `:now`). TTL
@@ -275,6 +277,15 @@ pub fn claim_item(
     let events: Vec<OutboxEvent> = applied
         .map(|a| a.outbox.iter().map(|e| outbox_event(consumer, e)).collect())
         .unwrap_or_default();
+    // A payment is listed through its account's ledger, not by an index write of its own
+    // (`ServicingStore::allocations`) — except one that moves no money, which the ledger posts
+    // nothing for: the sparse `AllocationsIndex` lists it (rare: 1 WCU each).
+    let allocated_to = applied.and_then(|a| match &a.allocation {
+        Some(AllocationWrite::Record(stored)) if stored.amount_minor == 0 => {
+            Some(stored.account_id.as_str().to_owned())
+        }
+        _ => None,
+    });
     let outbox = OutboxEvent::encode(&events)?;
     crate::schema::to_item(&ClaimRecord {
         pk,
@@ -292,9 +303,7 @@ pub fn claim_item(
         expires_at,
         trace_header: outbox.as_ref().and_then(|_| current_trace_header()),
         outbox,
-        // Written by earlier releases only: a payment is listed through its account's ledger
-        // now, not by an index write of its own (`ServicingStore::allocations`).
-        allocated_to: None,
+        allocated_to,
         reversed_by: None,
     })
 }

@@ -30,6 +30,8 @@ use crate::{ServicingStore, StoreError, now_epoch};
 const BALANCES: &str = "BALANCES";
 /// The sort key prefix of an account's entries.
 const ENTRY_PREFIX: &str = "ENTRY#";
+/// An entry's attribute holding the entry with its three times (`EntryRecord::posting`).
+pub const POSTING: &str = "posting";
 /// The closed periods are kept in this many copies, one per shard of accounts, so the check
 /// every posting makes does not read one item at the ledger's whole rate.
 pub const PERIOD_SHARDS: u8 = 16;

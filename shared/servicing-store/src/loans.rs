@@ -292,10 +292,12 @@ impl ServicingStore {
     /// read from its payment's own record as servicing stored it. Which payments: those the
     /// account's ledger posted (its journal's `PaymentApplied` entries name them: the ledger
     /// is the account's index of its money, kept anyway), and those the sparse
-    /// `AllocationsIndex` lists — records written before the journal was the listing carry
-    /// `allocatedTo`; new ones do not, so a payment costs no index write. A payment applied a
-    /// moment ago is listed once the ledger has posted it (seconds); `GET /v1/payments/{id}`
-    /// reads one payment's record at once.
+    /// `AllocationsIndex` lists — a payment that moves no money (the ledger posts nothing for
+    /// it) and records written before the journal was the listing. So a payment costs no index
+    /// write. A payment applied a moment ago is listed once the ledger has posted it (seconds;
+    /// one whose event the ledger quarantined, once it is posted); its record is read by key at
+    /// once (`GET /v1/payments/{id}` for the API's). A posted payment whose record holds no
+    /// allocation on this account is left out and logged: the money reconciliation names it.
     pub async fn allocations(
         &self,
         account_id: &AccountId,
@@ -311,31 +313,32 @@ impl ServicingStore {
                 allocation,
             );
         }
-        let mut posted = Vec::new();
-        for entry in self.journal(account_id).await?.entries {
-            if entry.event_type != servicing_domain::outbox::detail_types::PAYMENT_APPLIED {
-                continue;
-            }
-            let payment = entry.posting()?.entry.trigger;
-            if !by_payment.contains_key(&(payment.system.clone(), payment.event_id.clone())) {
-                posted.push(items::claim_key(APPLIER, &payment));
-            }
-        }
+        let posted: Vec<(String, String)> = self
+            .posted_payments(account_id)
+            .await?
+            .into_iter()
+            .filter(|p| !by_payment.contains_key(&(p.system.clone(), p.event_id.clone())))
+            .map(|p| items::claim_key(APPLIER, &p))
+            .collect();
         for chunk in posted.chunks(BATCH_GET_MAX_KEYS) {
-            let found = self.batch_get(chunk).await?;
+            let found = self
+                .batch_get_attributes(chunk, Some(&[items::OUTBOX, items::REVERSED_BY]))
+                .await?;
             for key in chunk {
                 let allocation = found
                     .get(key)
                     .map(items::allocation_from_claim)
                     .transpose()?
                     .flatten()
-                    .filter(|a| &a.account_id == account_id)
-                    .ok_or_else(|| {
-                        StoreError::Corrupt(format!(
-                            "the ledger of {account_id} posted payment {}, whose record holds no allocation on it",
-                            key.0
-                        ))
-                    })?;
+                    .filter(|a| &a.account_id == account_id);
+                let Some(allocation) = allocation else {
+                    tracing::warn!(
+                        account = %account_id,
+                        record = %key.0,
+                        "the ledger posted a payment whose record holds no allocation on its account"
+                    );
+                    continue;
+                };
                 by_payment.insert(
                     (
                         allocation.payment.system.clone(),
@@ -346,6 +349,45 @@ impl ServicingStore {
             }
         }
         Ok(by_payment.into_values().collect())
+    }
+
+    /// The payments the account's ledger posted: the trigger of each `PaymentApplied` entry of
+    /// its partition (one `Query`, eventually consistent — the listing trails the ledger by
+    /// seconds anyway; its cost grows with the account's money events, as the index's did with
+    /// its payments).
+    async fn posted_payments(&self, account_id: &AccountId) -> Result<Vec<SourceRef>, StoreError> {
+        let (pk, _) = crate::journal::sub_ledger_key(account_id);
+        let found: Vec<Item> = self
+            .client
+            .query()
+            .table_name(&self.config.table)
+            .key_condition_expression("pk = :pk")
+            .filter_expression("#eventType = :paid")
+            .projection_expression("#posting")
+            .expression_attribute_names("#eventType", items::EVENT_TYPE)
+            .expression_attribute_names("#posting", crate::journal::POSTING)
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(
+                ":paid",
+                s(servicing_domain::outbox::detail_types::PAYMENT_APPLIED),
+            )
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(classify)?;
+        found
+            .iter()
+            .map(|item| {
+                let posting = items::string(item, crate::journal::POSTING).unwrap_or_default();
+                serde_json::from_str::<servicing_domain::journal::Posting>(posting)
+                    .map(|p| p.entry.trigger)
+                    .map_err(|e| {
+                        StoreError::Corrupt(format!("a journal entry of {account_id}: {e}"))
+                    })
+            })
+            .collect()
     }
 
     /// The allocations the sparse `AllocationsIndex` lists for the account (eventually

@@ -42,8 +42,8 @@ pub struct ClaimRecord {
     /// The applied fact's events, as the relay publishes them (JSON array of [`OutboxEvent`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbox: Option<String>,
-    /// The account of an applied payment: the key of the sparse `AllocationsIndex` that lists an
-    /// account's allocations.
+    /// The account of an applied payment the ledger does not list (one of no money, or any
+    /// payment of an earlier release): the key of the sparse `AllocationsIndex` that lists it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated_to: Option<String>,
     /// On an applied payment's record, the reversal that reversed it (set once, by the
