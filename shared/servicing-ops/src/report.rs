@@ -7,35 +7,63 @@ use servicing_domain::AccountId;
 use servicing_store::schema::{self, ClaimRecord};
 use servicing_store::{ServicingStore, StoreError};
 
-/// The `detail` of an account's published events of one type (carried by its facts' records),
-/// in business-time order; a record past its expiry is gone (`items::UNEXPIRED`). A scan: for
-/// operators and tests on small tables, never on a hot path.
-pub async fn outbox_details(
+/// The account's fact records that also match `filter` (over `values`), read consistently. A
+/// scan: for operators and tests on small tables, never on a hot path.
+async fn account_records(
     store: &ServicingStore,
     account_id: &AccountId,
-    detail_type: &str,
-) -> Result<Vec<serde_json::Value>, StoreError> {
-    let found: Vec<crate::Item> = store
-        .client()
-        .scan()
-        .table_name(store.table())
-        .filter_expression(format!(
-            "itemType = :claim AND accountId = :account AND attribute_exists(outbox) AND {}",
-            servicing_store::items::UNEXPIRED
-        ))
-        .expression_attribute_values(
-            ":now",
-            AttributeValue::N(crate::epoch_seconds().to_string()),
+    filter: &str,
+    values: &[(&str, AttributeValue)],
+) -> Result<Vec<crate::Item>, StoreError> {
+    values
+        .iter()
+        .fold(
+            store
+                .client()
+                .scan()
+                .table_name(store.table())
+                .filter_expression(format!(
+                    "itemType = :claim AND accountId = :account AND {filter}"
+                ))
+                .expression_attribute_values(
+                    ":claim",
+                    AttributeValue::S(ClaimRecord::ITEM_TYPE.into()),
+                )
+                .expression_attribute_values(
+                    ":account",
+                    AttributeValue::S(account_id.as_str().into()),
+                ),
+            |scan, (name, value)| scan.expression_attribute_values(*name, value.clone()),
         )
-        .expression_attribute_values(":claim", AttributeValue::S(ClaimRecord::ITEM_TYPE.into()))
-        .expression_attribute_values(":account", AttributeValue::S(account_id.as_str().into()))
         .consistent_read(true)
         .into_paginator()
         .items()
         .send()
         .try_collect()
         .await
-        .map_err(servicing_store::classify)?;
+        .map_err(servicing_store::classify)
+}
+
+/// The `detail` of an account's published events of one type (carried by its facts' records),
+/// in business-time order; a record past its expiry is gone (`items::UNEXPIRED`).
+pub async fn outbox_details(
+    store: &ServicingStore,
+    account_id: &AccountId,
+    detail_type: &str,
+) -> Result<Vec<serde_json::Value>, StoreError> {
+    let found = account_records(
+        store,
+        account_id,
+        &format!(
+            "attribute_exists(outbox) AND {}",
+            servicing_store::items::UNEXPIRED
+        ),
+        &[(
+            ":now",
+            AttributeValue::N(crate::epoch_seconds().to_string()),
+        )],
+    )
+    .await?;
     let mut out = Vec::new();
     for item in found {
         let record: ClaimRecord = schema::from_item(item)?;
@@ -56,33 +84,24 @@ pub async fn outbox_details(
 
 /// The account's stored allocations, read from its applied payments' records themselves, in
 /// the order of the payments' identities: what servicing stored, whether or not the ledger has
-/// posted them yet (the API lists them through the ledger: `ServicingStore::allocations`). A
-/// scan: for operators and tests on small tables, never on a hot path.
+/// posted them yet (the API lists them through the ledger: `ServicingStore::allocations`).
 pub async fn allocations(
     store: &ServicingStore,
     account_id: &AccountId,
 ) -> Result<Vec<servicing_domain::StoredAllocation>, StoreError> {
-    let found: Vec<crate::Item> = store
-        .client()
-        .scan()
-        .table_name(store.table())
-        .filter_expression(
-            "itemType = :claim AND accountId = :account AND eventType = :payment AND verdict = :applied",
-        )
-        .expression_attribute_values(":claim", AttributeValue::S(ClaimRecord::ITEM_TYPE.into()))
-        .expression_attribute_values(":account", AttributeValue::S(account_id.as_str().into()))
-        .expression_attribute_values(
-            ":payment",
-            AttributeValue::S(servicing_store::items::PAYMENT_SETTLED.into()),
-        )
-        .expression_attribute_values(":applied", AttributeValue::S("APPLIED".into()))
-        .consistent_read(true)
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .map_err(servicing_store::classify)?;
+    let found = account_records(
+        store,
+        account_id,
+        "eventType = :payment AND verdict = :applied",
+        &[
+            (
+                ":payment",
+                AttributeValue::S(servicing_store::items::PAYMENT_SETTLED.into()),
+            ),
+            (":applied", AttributeValue::S("APPLIED".into())),
+        ],
+    )
+    .await?;
     let mut out = Vec::with_capacity(found.len());
     for item in &found {
         out.extend(servicing_store::items::allocation_from_claim(item)?);
