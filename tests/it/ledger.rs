@@ -224,11 +224,30 @@ async fn when_servicing_events_reach_three_instances_in_any_order_and_many_times
             "{context}: {results:?}"
         );
         let spec_ledgers = expected(&spec);
+        let lister = servicing.store("payments-api");
         for account in &accounts {
             assert_eq!(
                 stored(&servicing, account).await,
                 spec_ledgers.get(account).cloned().unwrap_or_default(),
                 "{context}: {account} against the specification"
+            );
+            // What GET …/allocations lists, through this ledger: the specification's.
+            let mut allocations: Vec<_> = spec
+                .allocations()
+                .filter(|a| a.account_id.as_str() == account)
+                .cloned()
+                .collect();
+            allocations.sort_by(|a, b| {
+                (&a.payment.system, &a.payment.event_id)
+                    .cmp(&(&b.payment.system, &b.payment.event_id))
+            });
+            assert_eq!(
+                lister
+                    .allocations(&AccountId::parse(account).expect("id"))
+                    .await
+                    .expect("listed"),
+                allocations,
+                "{context}: {account}'s allocations as listed"
             );
         }
         let (holds, lines) = reconciled(&servicing).await;
