@@ -175,12 +175,17 @@ def actions(statement):
     return [a for a in as_list(statement.get("Action") or []) if isinstance(a, str)]
 
 
+def covers(granted, action):
+    """Whether the actions `granted` (an IAM action list, `service:Prefix*` wildcards) cover `action`."""
+    return any(a == action or (a.endswith("*") and action.startswith(a[:-1])) for a in granted)
+
+
 def grants(cfn, fn_or_role_statements, action, resource_id):
     """Whether some statement allows `action` on the resource `resource_id`."""
     for st in fn_or_role_statements:
         if st.get("Effect") != "Allow":
             continue
-        if not any(a == action or (a.endswith("*") and action.startswith(a[:-1])) for a in actions(st)):
+        if not covers(actions(st), action):
             continue
         if any(logical_id(r) == resource_id or r == "*" for r in as_list(st.get("Resource"))):
             return True
@@ -2203,10 +2208,6 @@ SECRET_GUARDED = {
     "secretsmanager:DeleteSecret", "secretsmanager:PutResourcePolicy",
     "secretsmanager:DeleteResourcePolicy",
 }
-
-
-def covers(granted, action):
-    return any(a == action or (a.endswith("*") and action.startswith(a[:-1])) for a in granted)
 
 
 class SecretsReadOnlyByTheirReaders(ServicingRule):

@@ -145,6 +145,18 @@ async fn stored(servicing: &Servicing, account: &str) -> SubLedger {
         .unwrap_or_default()
 }
 
+/// The specification's allocations of `account`, in the order of the payments' identities (as
+/// servicing lists them).
+fn spec_allocations(spec: &Ledger, account: &str) -> Vec<servicing_domain::StoredAllocation> {
+    let mut allocations: Vec<_> = spec
+        .allocations()
+        .filter(|a| a.account_id.as_str() == account)
+        .cloned()
+        .collect();
+    allocations.sort_by(|a, b| a.payment.cmp(&b.payment));
+    allocations
+}
+
 /// The whole money reconciliation, ledger included, with no grace: (holds, its lines).
 async fn reconciled(servicing: &Servicing) -> (bool, Vec<String>) {
     servicing.keep_record_log().await;
@@ -232,21 +244,12 @@ async fn when_servicing_events_reach_three_instances_in_any_order_and_many_times
                 "{context}: {account} against the specification"
             );
             // What GET …/allocations lists, through this ledger: the specification's.
-            let mut allocations: Vec<_> = spec
-                .allocations()
-                .filter(|a| a.account_id.as_str() == account)
-                .cloned()
-                .collect();
-            allocations.sort_by(|a, b| {
-                (&a.payment.system, &a.payment.event_id)
-                    .cmp(&(&b.payment.system, &b.payment.event_id))
-            });
             assert_eq!(
                 lister
                     .allocations(&AccountId::parse(account).expect("id"))
                     .await
                     .expect("listed"),
-                allocations,
+                spec_allocations(&spec, account),
                 "{context}: {account}'s allocations as listed"
             );
         }
@@ -997,18 +1000,7 @@ async fn when_allocations_are_listed_should_read_each_payment_the_ledger_posted_
             integration_tests::servicing::process(&servicing.handler(), &[("nothing", nothing)])
                 .await;
         assert_eq!(applied, [account_state::MessageResult::Applied]);
-        let of = |account: &str| -> Vec<servicing_domain::StoredAllocation> {
-            let mut v: Vec<_> = spec
-                .allocations()
-                .filter(|a| a.account_id.as_str() == account)
-                .cloned()
-                .collect();
-            v.sort_by(|a, b| {
-                (&a.payment.system, &a.payment.event_id)
-                    .cmp(&(&b.payment.system, &b.payment.event_id))
-            });
-            v
-        };
+        let of = |account: &str| spec_allocations(&spec, account);
         let context = format!("{engine:?}, stream {seed}");
         assert!(
             !of(posted).is_empty() && !of(indexed).is_empty(),

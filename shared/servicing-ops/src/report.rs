@@ -98,7 +98,10 @@ pub async fn allocations(
                 ":payment",
                 AttributeValue::S(servicing_store::items::PAYMENT_SETTLED.into()),
             ),
-            (":applied", AttributeValue::S("APPLIED".into())),
+            (
+                ":applied",
+                AttributeValue::S(servicing_store::items::Verdict::Applied.as_str().into()),
+            ),
         ],
     )
     .await?;
@@ -106,9 +109,7 @@ pub async fn allocations(
     for item in &found {
         out.extend(servicing_store::items::allocation_from_claim(item)?);
     }
-    out.sort_by(|a, b| {
-        (&a.payment.system, &a.payment.event_id).cmp(&(&b.payment.system, &b.payment.event_id))
-    });
+    out.sort_by(|a, b| a.payment.cmp(&b.payment));
     Ok(out)
 }
 

@@ -302,22 +302,18 @@ impl ServicingStore {
         &self,
         account_id: &AccountId,
     ) -> Result<Vec<StoredAllocation>, StoreError> {
-        let mut by_payment: std::collections::BTreeMap<(String, String), StoredAllocation> =
-            std::collections::BTreeMap::new();
-        for allocation in self.indexed_allocations(account_id).await? {
-            by_payment.insert(
-                (
-                    allocation.payment.system.clone(),
-                    allocation.payment.event_id.clone(),
-                ),
-                allocation,
-            );
-        }
+        // Keyed by the payment: listed in the order of its identity, each once.
+        let mut by_payment: std::collections::BTreeMap<SourceRef, StoredAllocation> = self
+            .indexed_allocations(account_id)
+            .await?
+            .into_iter()
+            .map(|a| (a.payment.clone(), a))
+            .collect();
         let posted: Vec<(String, String)> = self
             .posted_payments(account_id)
             .await?
             .into_iter()
-            .filter(|p| !by_payment.contains_key(&(p.system.clone(), p.event_id.clone())))
+            .filter(|p| !by_payment.contains_key(p))
             .map(|p| items::claim_key(APPLIER, &p))
             .collect();
         for chunk in posted.chunks(BATCH_GET_MAX_KEYS) {
@@ -339,13 +335,7 @@ impl ServicingStore {
                     );
                     continue;
                 };
-                by_payment.insert(
-                    (
-                        allocation.payment.system.clone(),
-                        allocation.payment.event_id.clone(),
-                    ),
-                    allocation,
-                );
+                by_payment.insert(allocation.payment.clone(), allocation);
             }
         }
         Ok(by_payment.into_values().collect())
