@@ -26,6 +26,7 @@ on_both_engines!(
     when_a_reversal_entry_is_not_the_opposite_of_its_payments_should_name_it,
     when_a_bill_was_published_without_its_currency_should_post_it_in_the_accounts,
     when_an_operator_corrects_the_ledger_should_post_it_once_and_refuse_what_it_cannot_be,
+    when_the_ledger_is_deployed_onto_older_history_should_open_each_account_once_at_servicings_version,
     when_allocations_are_listed_should_read_each_payment_the_ledger_posted_or_the_index_holds,
 );
 
@@ -551,6 +552,7 @@ async fn when_an_event_id_comes_back_with_another_detail_or_a_broken_body_should
             &servicing_domain::Fingerprint::from_stored(journal.entries[0].fingerprint.clone()),
             read.as_ref(),
             &next,
+            None,
         )
         .await
         .expect("answer");
@@ -972,6 +974,223 @@ async fn when_an_operator_corrects_the_ledger_should_post_it_once_and_refuse_wha
         (why.reason.as_str(), why.by.as_str()),
         (order.reason.as_str(), by)
     );
+}
+
+/// `ledgerctl ledger migrate`: a ledger deployed onto a stack whose early facts' records have
+/// expired (an opening and a fee; the payments' records are kept for good) cannot be rebuilt
+/// from events. The migration posts what the records still hold, then one opening balance at
+/// the loan version it read; an account that already agrees gets none; a fact applied between
+/// the read and the post refuses it; a second run writes nothing.
+async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account_once_at_servicings_version(
+    engine: Engine,
+) {
+    use integration_tests::generate::{fee, open, pay};
+    use ledgerctl::ledger_migrate::{Migrated, migrate};
+    use servicing_domain::journal::{Correction, LedgerAccount, opening_entry, opening_id};
+    let servicing = Servicing::new(engine).await;
+    let (old, live) = ("acc_migrated", "acc_migrated_live");
+    // The old account's opening and fee applied with records that expire at once...
+    let mut expiring = servicing.config();
+    expiring.claim_retention = std::time::Duration::ZERO;
+    let early: Vec<_> = [open(old), fee(old, "fee-1", 3, 700)]
+        .iter()
+        .enumerate()
+        .map(|(i, f)| sqs_message(&format!("early-{i}"), &f.to_string(), 1))
+        .collect();
+    servicing.handler_with(expiring).process(&early).await;
+    // ...its payments (the second one overpays: a customer credit) and the other account
+    // with the usual retention.
+    let bodies: Vec<String> = [
+        pay(old, "pay-1", 4, 5_000),
+        pay(old, "pay-2", 5, 100_000),
+        open(live),
+    ]
+    .iter()
+    .map(Value::to_string)
+    .collect();
+    serviced(&servicing, &bodies).await;
+    // `expiresAt` is in whole seconds and a record is alive through its second.
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    // The ledger consumed the live account's events only.
+    let handler = ledger_handler(&servicing);
+    let live_events: Vec<String> = published(&servicing)
+        .await
+        .into_iter()
+        .filter(|e| e.contains(live))
+        .collect();
+    post_all(
+        std::slice::from_ref(&handler),
+        &live_events,
+        &mut Rng(8),
+        "l",
+    )
+    .await;
+    let (holds, lines) = reconciled(&servicing).await;
+    assert!(
+        !holds,
+        "{engine:?}: the old account's ledger is empty:\n{}",
+        lines.join("\n")
+    );
+
+    let store = servicing.store(CONSUMER);
+    let id = |a: &str| AccountId::parse(a).expect("id");
+    let accounts = [id(old), id(live), id("acc_never_opened")];
+    let (reason, by) = (
+        "ledger deployed onto older history",
+        "arn:aws:iam::000000000000:user/ops",
+    );
+    let dry = migrate(&handler, &store, &accounts, reason, by, true)
+        .await
+        .expect("dry run");
+    let would = match &dry[0].outcome {
+        Ok(Migrated::WouldOpen(Some(entry))) => entry.clone(),
+        other => panic!("{engine:?}: {other:?}: {}", dry[0].line()),
+    };
+    assert_eq!(
+        dry[0].caught_up.events, 2,
+        "the payments' records hold their events"
+    );
+    // What the records no longer hold: the principal lent and the fee.
+    let legs: Vec<(LedgerAccount, LedgerAccount, i64)> = would
+        .transfers
+        .iter()
+        .map(|t| (t.debit.clone(), t.credit.clone(), t.amount_minor))
+        .collect();
+    assert_eq!(
+        legs,
+        [
+            (
+                LedgerAccount::PrincipalReceivable,
+                LedgerAccount::OpeningBalances,
+                100_000
+            ),
+            (
+                LedgerAccount::FeesReceivable,
+                LedgerAccount::OpeningBalances,
+                700
+            ),
+        ]
+    );
+    assert!(
+        matches!(dry[1].outcome, Ok(Migrated::WouldOpen(None))),
+        "{}",
+        dry[1].line()
+    );
+    assert!(dry[2].outcome.is_err(), "{}", dry[2].line());
+    assert_eq!(
+        stored(&servicing, old).await,
+        SubLedger::default(),
+        "a dry run writes nothing"
+    );
+
+    // A fact servicing applies between the migration's read and its post refuses the opening:
+    // it would be counted twice (once in the opening, once by its own event).
+    let read = store
+        .loan_state(&id(old))
+        .await
+        .expect("loan")
+        .expect("opened");
+    let state = read.account.clone().expect("its state");
+    serviced(&servicing, &[fee(old, "fee-2", 6, 300).to_string()]).await;
+    let correction = Correction {
+        reason: reason.into(),
+        by: by.into(),
+    };
+    let stale = opening_entry(
+        &state,
+        read.version,
+        &SubLedger::default(),
+        correction,
+        chrono::Utc::now(),
+    )
+    .expect("opens")
+    .expect("differs");
+    let mut next = SubLedger::default();
+    next.post(&stale).expect("posts");
+    let posting = servicing_domain::journal::Posting {
+        processed_at: stale.effective_at,
+        posting_date: stale.effective_at.date_naive(),
+        entry: stale,
+    };
+    let fingerprint = servicing_domain::fingerprint::Fingerprint::of_value(&json!("stale"));
+    let refused = store
+        .post_entry(&posting, &fingerprint, None, &next, Some(read.version))
+        .await
+        .expect("answered");
+    assert_eq!(refused, PostOutcome::Moved, "{engine:?}");
+    assert_eq!(
+        stored(&servicing, old).await,
+        SubLedger::default(),
+        "nothing written"
+    );
+
+    let done = migrate(&handler, &store, &accounts, reason, by, false)
+        .await
+        .expect("migrated");
+    let opened = match &done[0].outcome {
+        Ok(Migrated::Opened { entry, .. }) => entry.clone(),
+        other => panic!("{engine:?}: {other:?}: {}", done[0].line()),
+    };
+    assert_eq!(
+        (done[0].caught_up.posted, done[0].caught_up.failed),
+        (3, 0),
+        "the payments and fee-2 posted by their events: {}",
+        done[0].line()
+    );
+    assert_eq!(
+        opened.transfers, would.transfers,
+        "fee-2 is its event's, not the opening's"
+    );
+    assert_eq!(opened.entry_id, opening_id(&id(old)));
+    assert!(
+        matches!(done[1].outcome, Ok(Migrated::Agrees)),
+        "{}",
+        done[1].line()
+    );
+    assert!(done[2].outcome.is_err(), "{}", done[2].line());
+    assert_eq!(
+        stored(&servicing, live)
+            .await
+            .balance(&LedgerAccount::OpeningBalances),
+        0,
+        "an account that agrees gets no opening"
+    );
+    let (holds, lines) = reconciled(&servicing).await;
+    assert!(holds, "{engine:?}: migrated:\n{}", lines.join("\n"));
+
+    let after = stored(&servicing, old).await;
+    assert_eq!(after.balance(&LedgerAccount::OpeningBalances), -100_700);
+    let again = migrate(
+        &handler,
+        &store,
+        &accounts[..1],
+        reason,
+        "someone-else",
+        false,
+    )
+    .await
+    .expect("again");
+    assert!(
+        matches!(&again[0].outcome, Ok(Migrated::Before { by: first, .. }) if first == by),
+        "{}",
+        again[0].line()
+    );
+    assert_eq!(
+        stored(&servicing, old).await,
+        after,
+        "a second run writes nothing"
+    );
+    let kept = store
+        .journal(&id(old))
+        .await
+        .expect("journal")
+        .entries
+        .iter()
+        .map(|e| e.posting().expect("decodes"))
+        .find(|p| p.entry.entry_id == opening_id(&id(old)))
+        .expect("the opening's entry");
+    let why = kept.entry.correction.expect("its reason and operator");
+    assert_eq!((why.reason.as_str(), why.by.as_str()), (reason, by));
 }
 
 /// `GET /v1/loans/{id}/allocations` lists an account's payments through its ledger (no index

@@ -331,7 +331,7 @@ impl LedgerPostingsHandler {
             };
             match self
                 .store
-                .post_entry(&posting, fingerprint, read.as_ref(), &next)
+                .post_entry(&posting, fingerprint, read.as_ref(), &next, None)
                 .await?
             {
                 PostOutcome::Posted => {

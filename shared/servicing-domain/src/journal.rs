@@ -37,6 +37,9 @@ pub enum LedgerAccount {
     /// 2900: what no rule could classify, left for a person: posted by no automated rule; the
     /// reconciliation requires it to be zero.
     Suspense,
+    /// 3000: the other side of the balances a migration brought in (`opening_entry`): what
+    /// servicing held before the ledger's events reach back; posted by the migration alone.
+    OpeningBalances,
     /// 4000: income.
     InterestIncome,
     /// 4100: income.
@@ -45,13 +48,14 @@ pub enum LedgerAccount {
 
 impl LedgerAccount {
     /// Every ledger account but the cash clearing of each provider (one per source system).
-    pub const FIXED: [LedgerAccount; 8] = [
+    pub const FIXED: [LedgerAccount; 9] = [
         LedgerAccount::PrincipalReceivable,
         LedgerAccount::InterestReceivable,
         LedgerAccount::FeesReceivable,
         LedgerAccount::CustomerCredit,
         LedgerAccount::Disbursements,
         LedgerAccount::Suspense,
+        LedgerAccount::OpeningBalances,
         LedgerAccount::InterestIncome,
         LedgerAccount::FeeIncome,
     ];
@@ -66,6 +70,7 @@ impl LedgerAccount {
             LedgerAccount::CustomerCredit => "2000:customer_credit".into(),
             LedgerAccount::Disbursements => "2100:disbursements".into(),
             LedgerAccount::Suspense => "2900:suspense".into(),
+            LedgerAccount::OpeningBalances => "3000:opening_balances".into(),
             LedgerAccount::InterestIncome => "4000:interest_income".into(),
             LedgerAccount::FeeIncome => "4100:fee_income".into(),
         }
@@ -124,12 +129,13 @@ pub struct JournalEntry {
     pub reverses: Option<String>,
     /// Never empty: an event that moves nothing gets no entry.
     pub transfers: Vec<Transfer>,
-    /// For an operator's correcting entry: why, and who posted it.
+    /// For an entry an operator posted (a correcting entry, an opening balance): why, and who
+    /// posted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correction: Option<Correction>,
 }
 
-/// Why an operator posted a correcting entry, and who did (`ledgerctl ledger correct`).
+/// Why an operator posted an entry, and who did (`ledgerctl ledger correct`, `ledger migrate`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Correction {
@@ -181,6 +187,11 @@ pub fn correcting_entry(
             "a correction never touches cash clearing: cash is reconciled against the provider and servicing",
         ));
     }
+    if [&transfer.debit, &transfer.credit].contains(&&LedgerAccount::OpeningBalances) {
+        return Err(bad(
+            "a correction never touches opening balances: only the migration posts them (ledger migrate)",
+        ));
+    }
     if correction.reason.trim().is_empty() {
         return Err(bad("a correction says why (--reason)"));
     }
@@ -199,6 +210,118 @@ pub fn correcting_entry(
         transfers: vec![transfer],
         correction: Some(correction),
     })
+}
+
+/// The event type of an account's opening balance: servicing's balances brought into the
+/// ledger by a migration, for history no event will bring any more.
+pub const OPENING_BALANCE: &str = "OpeningBalance";
+
+/// The id of an account's opening balance: one per account, ever (`open_<accountId>`).
+pub fn opening_id(account_id: &AccountId) -> String {
+    format!("open_{account_id}")
+}
+
+/// The opening balance that brings `ledger` (an account's sub-ledger, every event it can still
+/// be given already posted) to `servicing` (the account's state at loan version
+/// `loan_version`): each receivable and the customer credit moved by its difference, against
+/// opening balances; `None` when they already agree. Refused when the ledger holds what no
+/// migration may absorb: suspense (a person classifies it first) or another currency.
+/// Effective and posted now; cash clearing is never touched (it is reconciled three ways).
+pub fn opening_entry(
+    servicing: &LoanAccount,
+    loan_version: u64,
+    ledger: &SubLedger,
+    by: Correction,
+    at: DateTime<Utc>,
+) -> Result<Option<JournalEntry>, Unpostable> {
+    use LedgerAccount::*;
+    if let Some(currency) = ledger.currency
+        && currency != servicing.currency
+    {
+        return Err(bad(format!(
+            "the ledger is in {}, servicing in {}",
+            currency.as_str(),
+            servicing.currency.as_str()
+        )));
+    }
+    let suspense = ledger.balance(&Suspense);
+    if suspense != 0 {
+        return Err(bad(format!(
+            "suspense holds {suspense}: a person classifies it before a migration"
+        )));
+    }
+    if by.reason.trim().is_empty() {
+        return Err(bad("a migration says why (--reason)"));
+    }
+    // How far each balance is from servicing's, debit-positive: an asset short of servicing is
+    // debited, the credit (a liability) short of servicing is credited.
+    let short = |account: LedgerAccount, servicing_minor: i64, debit_normal: bool| {
+        let ledger_minor = match debit_normal {
+            true => ledger.balance(&account),
+            false => ledger.balance(&account).checked_neg()?,
+        };
+        let gap = servicing_minor.checked_sub(ledger_minor)?;
+        Some((
+            account,
+            if debit_normal {
+                gap
+            } else {
+                gap.checked_neg()?
+            },
+        ))
+    };
+    let gaps = [
+        short(
+            PrincipalReceivable,
+            servicing.principal_outstanding_minor,
+            true,
+        ),
+        short(
+            InterestReceivable,
+            servicing.interest_outstanding_minor,
+            true,
+        ),
+        short(FeesReceivable, servicing.fees_outstanding_minor, true),
+        short(CustomerCredit, servicing.credit_balance_minor, false),
+    ];
+    let mut transfers = Vec::new();
+    for gap in gaps {
+        let (account, debit_minor) = gap.ok_or_else(|| bad("a balance would overflow"))?;
+        let (debit, credit, amount_minor) = match debit_minor {
+            0 => continue,
+            d if d > 0 => (account, OpeningBalances, d),
+            d => (
+                OpeningBalances,
+                account,
+                d.checked_neg()
+                    .ok_or_else(|| bad("a balance would overflow"))?,
+            ),
+        };
+        transfers.push(Transfer {
+            debit,
+            credit,
+            amount_minor,
+        });
+    }
+    if transfers.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(JournalEntry {
+        entry_id: opening_id(&servicing.account_id),
+        account_id: servicing.account_id.clone(),
+        event_type: OPENING_BALANCE.to_owned(),
+        currency: servicing.currency,
+        effective_at: at,
+        // What it was taken from: the account's servicing state at this loan version.
+        trigger: SourceRef {
+            system: "migration".to_owned(),
+            event_id: format!("{}@v{loan_version}", servicing.account_id),
+        },
+        payment: None,
+        reverses: None,
+        transfers,
+        correction: Some(by),
+    }))
 }
 
 impl JournalEntry {

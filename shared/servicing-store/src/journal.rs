@@ -187,13 +187,16 @@ impl ServicingStore {
     }
 
     /// Posts one entry (see the module): `read` is the balances read before (`None`: none
-    /// yet), `next` the balances with the entry added.
+    /// yet), `next` the balances with the entry added. With `loan_version`, also checks that
+    /// the account's loan is still at that version (an opening balance is servicing's state
+    /// at the version it read: a fact applied since would be counted twice).
     pub async fn post_entry(
         &self,
         posting: &Posting,
         fingerprint: &Fingerprint,
         read: Option<&SubLedgerRecord>,
         next: &SubLedger,
+        loan_version: Option<u64>,
     ) -> Result<PostOutcome, StoreError> {
         let entry = &posting.entry;
         let account = &entry.account_id;
@@ -252,11 +255,26 @@ impl ServicingStore {
             .expression_attribute_values(":date", s(posting.posting_date.to_string()))
             .build()
             .map_err(invalid_request)?;
-        let transaction = vec![
+        let mut transaction = vec![
             TransactWriteItem::builder().put(claim).build(),
             TransactWriteItem::builder().put(balances).build(),
             TransactWriteItem::builder().condition_check(open).build(),
         ];
+        if let Some(version) = loan_version {
+            let unchanged = ConditionCheck::builder()
+                .table_name(&self.config.table)
+                .set_key(Some(items::key_item(items::loan_key(account))))
+                .condition_expression("#version = :version")
+                .expression_attribute_names("#version", items::VERSION)
+                .expression_attribute_values(":version", n(version))
+                .build()
+                .map_err(invalid_request)?;
+            transaction.push(
+                TransactWriteItem::builder()
+                    .condition_check(unchanged)
+                    .build(),
+            );
+        }
         let reasons = match self.combiner.send(transaction, None).await? {
             Answer::Committed => return Ok(PostOutcome::Posted),
             Answer::Withdrawn => return Ok(PostOutcome::Contended),

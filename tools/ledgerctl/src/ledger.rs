@@ -1,4 +1,4 @@
-//! `ledgerctl ledger show | close | correct | backfill`: the accounting sub-ledger (`docs/ledger.md`).
+//! `ledgerctl ledger show | close | correct | backfill | migrate`: the accounting sub-ledger (`docs/ledger.md`).
 
 use chrono::NaiveDate;
 use ledger_postings::LedgerPostingsHandler;
@@ -62,6 +62,26 @@ pub enum LedgerCommand {
         #[arg(long, value_parser = crate::account_id)]
         account: Vec<AccountId>,
         /// Count the events; post nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        change: Change,
+    },
+    /// Open the ledger of accounts older than what its events can bring (the bus's archive,
+    /// the facts' records): posts every event servicing still holds for them, then one opening
+    /// balance each (`open_<account>`, once per account, ever) moving the rest of servicing's
+    /// balances — receivables and customer credit — against 3000:opening_balances, as of the
+    /// loan version read; a fact applied meanwhile refuses it (run again). Replay the archive
+    /// first. E.g. `ledgerctl ledger migrate --account acc_1001 --reason "ledger deployed onto
+    /// older history" --dry-run`.
+    Migrate {
+        /// The accounts, e.g. `--account acc_1001` (repeatable).
+        #[arg(long, value_parser = crate::account_id, required = true)]
+        account: Vec<AccountId>,
+        /// Why: kept on each opening entry for good.
+        #[arg(long)]
+        reason: String,
+        /// Say what would be posted; write nothing.
         #[arg(long)]
         dry_run: bool,
         #[command(flatten)]
@@ -183,6 +203,24 @@ pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::R
                 );
                 Ok(done.failed == 0 && done.quarantined == 0)
             }
+            LedgerCommand::Migrate {
+                account,
+                reason,
+                dry_run,
+                change,
+            } => {
+                let operator = target.authorize(change, *dry_run).await?;
+                let handler = LedgerPostingsHandler::new(store.clone());
+                let done = ledgerctl::ledger_migrate::migrate(
+                    &handler, &store, account, reason, &operator, *dry_run,
+                )
+                .await?;
+                for migration in &done {
+                    println!("{}", migration.line());
+                }
+                println!("(by {operator})");
+                Ok(done.iter().all(|m| m.outcome.is_ok()))
+            }
         }
     })
 }
@@ -249,7 +287,7 @@ async fn show(store: &ServicingStore, account: &AccountId, json: bool) -> anyhow
             backdated
         );
         if let Some(c) = &e.correction {
-            println!("    correction by {}: {}", c.by, c.reason);
+            println!("    posted by {}: {}", c.by, c.reason);
         }
         for t in &e.transfers {
             println!(

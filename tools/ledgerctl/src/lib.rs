@@ -3,3 +3,4 @@
 pub mod incident_html;
 pub mod ledger_backfill;
 pub mod ledger_correct;
+pub mod ledger_migrate;

@@ -296,3 +296,138 @@ fn when_an_operator_corrects_should_post_one_balanced_transfer_and_never_on_cash
         );
     }
 }
+
+#[test]
+fn when_an_account_is_migrated_should_open_its_ledger_at_servicings_balances_whatever_it_held() {
+    let eur = Currency::parse("EUR").expect("code");
+    let account = AccountId::parse("acc_migrated").expect("id");
+    let at = DateTime::from_timestamp(1_796_000_000, 0).expect("a time");
+    let by = || Correction {
+        reason: "older than the archive".into(),
+        by: "arn:aws:iam::123456789012:user/ops".into(),
+    };
+    // A small generator: servicing's balances, and a ledger that holds part, all, more or
+    // none of them (the events it could still be given), cash included.
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut below = |n: i64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((seed >> 33) % n as u64) as i64
+    };
+    for case in 0..500 {
+        let mut servicing = LoanAccount::opened(
+            account.clone(),
+            eur,
+            below(3) * below(100_000),
+            None,
+            date("2026-01-01"),
+        );
+        servicing.interest_outstanding_minor = below(2) * below(5_000);
+        servicing.fees_outstanding_minor = below(2) * below(2_000);
+        servicing.credit_balance_minor = below(2) * below(3_000);
+        let mut ledger = SubLedger::default();
+        let events = [
+            json!({"eventId": "evt_o", "eventType": "LoanOpened", "accountId": "acc_migrated",
+                "occurredAt": "2026-01-01T00:00:00Z", "trigger": {"sourceSystem": "core", "sourceEventId": "o"},
+                "currency": "EUR", "principalMinor": below(100_000)}),
+            json!({"eventId": "evt_f", "eventType": "FeeAssessed", "accountId": "acc_migrated",
+                "occurredAt": "2026-01-02T00:00:00Z", "trigger": {"sourceSystem": "core", "sourceEventId": "f"},
+                "currency": "EUR", "amountMinor": below(3_000)}),
+            {
+                let (fees, credit) = (below(500), below(4_000));
+                let mut paid = applied(
+                    "evt_p",
+                    json!({"fees": fees, "interest": 0, "principal": 0, "credit": credit}),
+                    fees + credit,
+                );
+                paid["accountId"] = json!("acc_migrated");
+                paid
+            },
+        ];
+        for event in events.iter().filter(|_| below(2) == 1) {
+            if let Some(entry) = entry_of(event).expect("a money event") {
+                ledger.post(&entry).expect("posts");
+            }
+        }
+        let cash = ledger.balance(&LedgerAccount::CashClearing("psp".into()));
+        let Some(opening) = opening_entry(&servicing, 7, &ledger, by(), at).expect("opens") else {
+            assert!(
+                ledger.differences(&servicing).is_empty(),
+                "case {case}: nothing to open only when they agree"
+            );
+            continue;
+        };
+        assert_eq!(opening.entry_id, "open_acc_migrated");
+        assert_eq!(opening.event_type, OPENING_BALANCE);
+        assert_eq!(
+            opening.trigger.event_id, "acc_migrated@v7",
+            "as of the loan version read"
+        );
+        assert_eq!(opening.cash_date(), None);
+        assert!(opening.transfers.iter().all(|t| t.amount_minor > 0
+            && [&t.debit, &t.credit].contains(&&LedgerAccount::OpeningBalances)));
+        ledger.post(&opening).expect("posts");
+        assert_eq!(
+            ledger.differences(&servicing),
+            Vec::<String>::new(),
+            "case {case}"
+        );
+        assert_eq!(ledger.trial_balance(), 0, "case {case}: it balances");
+        assert_eq!(
+            ledger.balance(&LedgerAccount::CashClearing("psp".into())),
+            cash,
+            "cash untouched"
+        );
+        assert_eq!(
+            opening_entry(&servicing, 7, &ledger, by(), at),
+            Ok(None),
+            "once opened, nothing more"
+        );
+    }
+    // What no migration absorbs, and a migration without a reason.
+    let servicing = LoanAccount::opened(account.clone(), eur, 100, None, date("2026-01-01"));
+    let mut suspense = SubLedger::default();
+    suspense
+        .post(
+            &correcting_entry(
+                "s",
+                account.clone(),
+                eur,
+                Transfer {
+                    debit: LedgerAccount::FeesReceivable,
+                    credit: LedgerAccount::Suspense,
+                    amount_minor: 5,
+                },
+                by(),
+                at,
+            )
+            .expect("a correction"),
+        )
+        .expect("posts");
+    let usd = SubLedger {
+        currency: Some(Currency::parse("USD").expect("code")),
+        ..SubLedger::default()
+    };
+    let silent = Correction {
+        reason: "".into(),
+        by: "ops".into(),
+    };
+    for (ledger, by) in [
+        (&suspense, by()),
+        (&usd, by()),
+        (&SubLedger::default(), silent),
+    ] {
+        assert!(
+            opening_entry(&servicing, 1, ledger, by, at).is_err(),
+            "{ledger:?}"
+        );
+    }
+    // Only the migration posts opening balances.
+    let onto_opening = Transfer {
+        debit: LedgerAccount::OpeningBalances,
+        credit: LedgerAccount::FeeIncome,
+        amount_minor: 1,
+    };
+    assert!(correcting_entry("x", account, eur, onto_opening, by(), at).is_err());
+}
