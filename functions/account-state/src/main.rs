@@ -9,7 +9,8 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use servicing_store::ServicingStore;
 
-const CONSUMER: &str = "account-state";
+/// Its claims are the facts' servicing records, which every other reader finds by this name.
+const CONSUMER: &str = servicing_store::APPLIER;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

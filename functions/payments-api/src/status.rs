@@ -12,17 +12,13 @@
 use chrono::{DateTime, SecondsFormat};
 use lambda_http::{Body, Request, Response};
 use servicing_domain::{Fingerprint, ServicingEvent};
-use servicing_store::StoreError;
 use servicing_store::items::{self, Item, Verdict};
 use servicing_store::schema::{self, ClaimRecord, IdempotencyRecord, OutboxEvent};
+use servicing_store::{APPLIER, StoreError};
 
 use crate::answers::{json_response, store_problem, unauthenticated};
 use crate::responses::{AppliedPayment, NotApplied, PaymentState, PaymentStatus, StoredAccepted};
 use crate::{PaymentsApi, Problem, ProblemType, principal};
-
-/// The consumer whose claims say what became of an API payment's fact (the account-state
-/// function, `account-state`): the API's events reach it through the servicing queue.
-const APPLIER: &str = "account-state";
 
 impl PaymentsApi {
     pub(crate) async fn get_payment(

@@ -7,12 +7,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 pub use servicing_settings::FromSettings;
 use servicing_settings::{ConfigError, Settings};
-use servicing_store::{ServicingStore, StoreConfig};
+use servicing_store::{APPLIER, ServicingStore, StoreConfig};
 
 use servicing_ops::parked::ParkedView;
-
-/// The consumer whose facts it reconciles (and whose parked facts it expires).
-const RECONCILED: &str = "account-state";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -52,7 +49,7 @@ impl Config {
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig {
             claim_retention: self.claim_retention,
-            ..StoreConfig::new(&self.table, RECONCILED)
+            ..StoreConfig::new(&self.table, APPLIER)
         }
     }
 }
@@ -184,14 +181,9 @@ pub async fn run_at(
         }
     };
     let money_window = (from, window.1);
-    let report = servicing_ops::reconcile::reconcile(
-        store.client(),
-        &config.table,
-        RECONCILED,
-        window,
-        None,
-    )
-    .await?;
+    let report =
+        servicing_ops::reconcile::reconcile(store.client(), &config.table, APPLIER, window, None)
+            .await?;
     for line in report.lines() {
         tracing::info!(line, "reconciliation");
     }

@@ -196,7 +196,7 @@ pub async fn account_state_claim(
     table: &str,
     source: &servicing_domain::SourceRef,
 ) -> anyhow::Result<Option<ClaimRecord>> {
-    let key = servicing_store::items::claim_key("account-state", source);
+    let key = servicing_store::items::claim_key(servicing_store::APPLIER, source);
     get_record(client, table, key, &format!("the claim of {source}")).await
 }
 

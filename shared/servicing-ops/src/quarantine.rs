@@ -64,7 +64,7 @@ impl Quarantined {
 
 /// The consumers that quarantine: the first part of every quarantine partition's key.
 pub const QUARANTINING: [&str; 4] = [
-    "account-state",
+    servicing_store::APPLIER,
     "collections",
     "ledger-postings",
     "outbox-relay",
@@ -273,7 +273,7 @@ pub async fn redrive(
 ) -> anyhow::Result<Redriven> {
     let options = options.into();
     let q = inspect(client, table, id).await?;
-    if q.consumer != "account-state" {
+    if q.consumer != servicing_store::APPLIER {
         return Err(anyhow::anyhow!(
             "{id} was quarantined by {}; only account-state messages are redriven to the servicing queue",
             q.consumer
@@ -344,7 +344,7 @@ pub async fn redrive(
                     .delete_item()
                     .table_name(table)
                     .set_key(Some(servicing_store::items::key_item(
-                        servicing_store::items::claim_key("account-state", source),
+                        servicing_store::items::claim_key(servicing_store::APPLIER, source),
                     )))
                     .condition_expression("verdict = :rejected AND fingerprint = :fp")
                     .expression_attribute_values(":rejected", AttributeValue::S("REJECTED".into()))

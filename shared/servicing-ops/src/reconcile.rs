@@ -361,7 +361,7 @@ pub async fn reconcile(
             ));
         }
     }
-    if consumer == "account-state" {
+    if consumer == servicing_store::APPLIER {
         for claim in scoped_claims
             .iter()
             .filter(|c| c.verdict == "APPLIED" && c.event_type == "PAYMENT_SETTLED")

@@ -13,8 +13,9 @@ use std::collections::{BTreeSet, HashMap};
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::NaiveDate;
 use servicing_domain::SourceRef;
+use servicing_store::APPLIER;
 use servicing_store::items;
-use servicing_store::record_log::{self, MONEY_CONSUMER};
+use servicing_store::record_log;
 
 use crate::{Item, batch_get, epoch_seconds, query_partition};
 
@@ -88,7 +89,7 @@ pub async fn money_on(
         .iter()
         .map(|date| record_log::money_partition(*date))
         .collect();
-    listed(client, table, MONEY_CONSUMER, partitions).await
+    listed(client, table, APPLIER, partitions).await
 }
 
 /// The records `partitions` list, each once, unexpired.

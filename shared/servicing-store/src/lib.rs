@@ -55,6 +55,11 @@ pub use quarantine_codes::{
 pub use recent::{RECENT_FACTS_MAX, RECENT_FACTS_WINDOW, RecentFacts};
 pub use schema::OutboxEvent;
 
+/// The consumer that applies facts to the loans (account-state): its claims are each fact's
+/// servicing record — the verdict, the events it published, a payment's allocation — which the
+/// API, the reconciliations, the backfill and the operators read by fact.
+pub const APPLIER: &str = "account-state";
+
 /// Default retention of idempotency claims: longer than any replay an operator may run.
 pub const DEFAULT_CLAIM_RETENTION: Duration = Duration::from_secs(35 * 24 * 3600);
 

@@ -314,7 +314,7 @@ impl ServicingStore {
             .await?
             .into_iter()
             .filter(|p| !by_payment.contains_key(p))
-            .map(|p| items::claim_key(APPLIER, &p))
+            .map(|p| items::claim_key(crate::APPLIER, &p))
             .collect();
         for chunk in posted.chunks(BATCH_GET_MAX_KEYS) {
             let found = self
@@ -409,9 +409,6 @@ impl ServicingStore {
     }
 }
 
-/// The consumer whose records hold the allocations.
-const APPLIER: &str = "account-state";
-
 /// Puts each body kept apart (from `found`, the partition's body items) on its parked fact. The
 /// loan item and its bodies are written in one transaction, but a partition read over several
 /// pages is no snapshot: a body the item names and `found` lacks was released or expired by a
@@ -453,7 +450,7 @@ mod tests {
             sk: "CLAIM".into(),
             item_type: ClaimRecord::ITEM_TYPE.into(),
             schema_version: crate::schema::SCHEMA_VERSION,
-            consumer: "account-state".into(),
+            consumer: crate::APPLIER.into(),
             source_system: "psp".into(),
             source_event_id: "t1".into(),
             event_type: event_type.into(),

@@ -40,8 +40,6 @@ use crate::{ServicingStore, StoreError, classify};
 pub const ITEM_TYPE: &str = "RECORD_LOG";
 /// The attribute listing the records: `<sourceSystem>#<sourceEventId>`.
 pub const FACTS: &str = "facts";
-/// The consumer whose records carry the money events.
-pub const MONEY_CONSUMER: &str = "account-state";
 /// The most records one log item lists (~45 bytes each: ~90 KB, under DynamoDB's 400 KB item
 /// limit). A relay batch (at most 1,000 records) never reaches it; a one-off listing of a busy
 /// hour's records does, and is split into items keyed `<batch id>#<n>`.
@@ -219,7 +217,7 @@ impl RecordLog {
         if let Some(partition) = claimed_partition(consumer, claimed_at) {
             self.insert(partition, fact);
         }
-        if consumer != MONEY_CONSUMER {
+        if consumer != crate::APPLIER {
             return;
         }
         for date in money_dates(outbox, claimed_at) {

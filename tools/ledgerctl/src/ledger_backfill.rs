@@ -57,7 +57,7 @@ pub async fn published_events(
     for item in found.remove(ClaimRecord::ITEM_TYPE).unwrap_or_default() {
         let record: ClaimRecord = schema::from_item(item)
             .map_err(|e| anyhow::anyhow!("a fact's record does not decode: {e}"))?;
-        if record.consumer == "account-state"
+        if record.consumer == servicing_store::APPLIER
             && record.verdict == "APPLIED"
             && (accounts.is_empty() || accounts.contains(&record.account_id))
         {

@@ -210,7 +210,7 @@ fn reconcile_money(args: &ReconcileArgs, target: &Target) -> anyhow::Result<bool
         }
         let store = servicing_store::ServicingStore::new(
             target.dynamodb(),
-            servicing_store::StoreConfig::new(&target.table, "account-state"),
+            servicing_store::StoreConfig::new(&target.table, servicing_store::APPLIER),
         );
         // The daily run's mark: said, never a reason for this report to fail.
         let reach_hours = servicing_ops::ledger::REACH_DAYS * 24;
@@ -241,7 +241,7 @@ pub fn parked(command: &ParkedCommand, json: bool, target: &Target) -> anyhow::R
         let target = target.resolve(None).await?;
         let store = servicing_store::ServicingStore::new(
             target.dynamodb(),
-            servicing_store::StoreConfig::new(&target.table, "account-state"),
+            servicing_store::StoreConfig::new(&target.table, servicing_store::APPLIER),
         );
         let parked: Vec<_> = servicing_ops::parked::list(&store)
             .await?

@@ -17,7 +17,8 @@ use super::{
     Grace, MoneyReconciliation, NotApplied, Settlement, StuckAction, SuspectedDuplicate, Totals,
     minor,
 };
-use servicing_store::record_log::{MONEY_CONSUMER, money_dates};
+use servicing_store::APPLIER;
+use servicing_store::record_log::money_dates;
 
 /// Reconciles the money of `table` at `now` (epoch s): API payments accepted longer than the
 /// grace ago must be applied, actions unsettled past theirs are stuck, ready parked facts must
@@ -34,8 +35,7 @@ pub async fn reconcile_money(
 ) -> anyhow::Result<MoneyReconciliation> {
     let grace_secs = grace.accepted_secs;
     let mut report = MoneyReconciliation::default();
-    let window_records =
-        crate::record_log::claimed_in(client, table, MONEY_CONSUMER, window).await?;
+    let window_records = crate::record_log::claimed_in(client, table, APPLIER, window).await?;
     report.window = window;
     report.dates = settlement.iter().map(|s| s.key.2).collect();
     // A record that does not decode at all names no date: the window's reconciliation, which
@@ -51,7 +51,7 @@ pub async fn reconcile_money(
     let mut claims: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
     for item in crate::record_log::money_on(client, table, &report.dates).await? {
         match schema::from_item::<ClaimRecord>(item) {
-            Ok(claim) if claim.consumer == MONEY_CONSUMER => {
+            Ok(claim) if claim.consumer == APPLIER => {
                 claims.insert(claim.source(), claim);
             }
             Ok(_) => {}
@@ -61,7 +61,7 @@ pub async fn reconcile_money(
 
     // Every accepted API payment has its fact applied: the ones not yet confirmed, from the
     // open index, and their facts' records (confirmed payments are history this never reads).
-    let store = ServicingStore::new(client.clone(), StoreConfig::new(table, "account-state"));
+    let store = ServicingStore::new(client.clone(), StoreConfig::new(table, APPLIER));
     let mut accepted: Vec<(IdempotencyRecord, SourceRef, serde_json::Value)> = Vec::new();
     for item in crate::open_items(&store, OpenKind::Accepted).await? {
         let record: IdempotencyRecord = match schema::from_item(item) {
@@ -106,7 +106,7 @@ pub async fn reconcile_money(
         accepted.iter().map(|(_, fact, _)| fact).collect();
     let keys = wanted
         .into_iter()
-        .map(|fact| items::key_item(items::claim_key("account-state", fact)))
+        .map(|fact| items::key_item(items::claim_key(APPLIER, fact)))
         .collect();
     let mut facts: BTreeMap<SourceRef, ClaimRecord> = BTreeMap::new();
     for item in crate::batch_get(client, table, keys).await? {
