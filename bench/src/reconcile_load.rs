@@ -327,9 +327,15 @@ fn log_history(log: &mut RecordLog, item: &Item) {
     }
 }
 
-/// Writes `items` history items, and their record log as the relay kept it then: the days
-/// they were written are in the log, in partitions today's jobs do not read.
-async fn write_history(servicing: &Servicing, templates: &[Item], items: usize, now: i64) {
+/// Writes `items` history items, and their record log as the relay kept it then, copy cycle
+/// `c` (one past day's accounts) `age_of(c)` days old.
+async fn write_history(
+    servicing: &Servicing,
+    templates: &[Item],
+    items: usize,
+    now: i64,
+    age_of: impl Fn(usize) -> i64,
+) {
     let raw = Engine::DynamoDbLocal.dynamodb().await;
     let history_log = Mutex::new(RecordLog::default());
     // Whole cycles: a past day's copies all there, or none.
@@ -344,10 +350,14 @@ async fn write_history(servicing: &Servicing, templates: &[Item], items: usize, 
         let requests: Vec<WriteRequest> = batch
             .iter()
             .map(|i| {
-                // Older than the reconciled window and the quarantine listing's week.
                 let cycle = i / templates.len();
-                let age = 8 + (cycle as i64 % 700);
-                let item = history_item(&templates[i % templates.len()], *i, cycle, age, now);
+                let item = history_item(
+                    &templates[i % templates.len()],
+                    *i,
+                    cycle,
+                    age_of(cycle),
+                    now,
+                );
                 if let Ok(mut log) = history_log.lock() {
                     log_history(&mut log, &item);
                 }
@@ -609,9 +619,113 @@ async fn jobs(servicing: &Servicing, now: i64) -> Vec<(&'static str, Figures, St
     out
 }
 
+/// The money and ledger legs of the daily run over `days` of unsettled ledger (the reach a run
+/// reads again while the ledger has not settled, `ledger::REACH_DAYS`), against one day: the
+/// day and `copies` copies of it on each of the `days - 1` days before, claimed, logged and
+/// posted on those days. The reconciler has `Timeout: 300` (template.yaml): this prints what
+/// a day's volume costs in each reach, and the daily volume at which the whole reach would
+/// take 300 s at the rate measured here.
+async fn reach(days: i64, copies: usize) {
+    let servicing = Servicing::with_stream(Engine::DynamoDbLocal, false).await;
+    let now = servicing_ops::epoch_seconds();
+    the_day(&servicing).await;
+    log_the_day(&servicing).await;
+    let templates = closed_templates(&servicing).await;
+    let past_days = (days - 1).max(0) as usize;
+    write_history(
+        &servicing,
+        &templates,
+        templates.len() * copies * past_days,
+        now,
+        |cycle| 1 + (cycle / copies) as i64,
+    )
+    .await;
+    let reads = ReadMeter::default();
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        servicing
+            .client
+            .config()
+            .to_builder()
+            .interceptor(reads.clone())
+            .build(),
+    );
+    let (client, table) = (&client, servicing.table.as_str());
+    let now = servicing_ops::epoch_seconds() + 1;
+    let mut legs = Vec::new();
+    for (name, span) in [
+        ("money + ledger, 1 day", 25 * 3600),
+        ("money + ledger, the reach", days * DAY + 3600),
+    ] {
+        let leg = measure(&servicing, &reads, name, async {
+            let failed = |e: anyhow::Error| format!("FAILED: {e:#}");
+            let grace = servicing_ops::money::Grace::default();
+            let m = servicing_ops::money::reconcile_money(
+                client,
+                table,
+                &[],
+                (now - span, now),
+                now,
+                grace,
+            )
+            .await
+            .map_err(failed)?;
+            let l = servicing_ops::ledger::reconcile_ledger(client, table, &m, now, 0)
+                .await
+                .map_err(failed)?;
+            Ok(format!(
+                "{} accounts claimed, {} dates totalled, {} ledgers, {} entries, {}",
+                m.window_accounts.len(),
+                m.dates.len(),
+                l.accounts,
+                l.entries,
+                if l.problems.is_empty() {
+                    "reconciles".to_string()
+                } else {
+                    format!("does NOT reconcile: {}", l.problems[0])
+                }
+            ))
+        })
+        .await;
+        legs.push(leg);
+    }
+    if let [(_, day, _), (_, whole, _)] = legs.as_slice() {
+        // The day's volume is the day plus `copies` copies on each past day: per day, on average.
+        let days_read = days as f64;
+        let per_day = whole.secs / days_read;
+        println!(
+            "reach {days} days x {} day-volumes each: {:.2} s ({:.2}x the 1-day run's {:.2} s); \
+             a {days}-day reach reaches the reconciler's 300 s at ~{:.0}x this daily volume \
+             (DynamoDB Local, 2 cores; AWS latencies differ)",
+            copies,
+            whole.secs,
+            whole.secs / day.secs.max(0.001),
+            day.secs,
+            300.0 / (per_day * days_read).max(0.001) * copies as f64
+        );
+    }
+    if let Err(e) = servicing
+        .client
+        .delete_table()
+        .table_name(&servicing.table)
+        .send()
+        .await
+    {
+        eprintln!("could not drop {}: {e}", servicing.table);
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(days) = args
+        .iter()
+        .position(|a| a == "--reach-days")
+        .and_then(|i| args.get(i + 1))
+    {
+        let days: i64 = days.parse().expect("--reach-days takes a number of days");
+        reach(days, 5).await;
+        return;
+    }
     let sizes: Vec<usize> = args
         .iter()
         .position(|a| a == "--history")
@@ -631,7 +745,12 @@ async fn main() {
         log_the_day(&servicing).await;
         let templates = closed_templates(&servicing).await;
         let started = Instant::now();
-        write_history(&servicing, &templates, *history, now).await;
+        // Older than the reconciled window and the quarantine listing's week: partitions of
+        // the log today's jobs do not read.
+        write_history(&servicing, &templates, *history, now, |cycle| {
+            8 + (cycle as i64 % 700)
+        })
+        .await;
         println!(
             "history {history}: {} closed templates copied in {:.0} s",
             templates.len(),

@@ -979,8 +979,10 @@ async fn when_an_operator_corrects_the_ledger_should_post_it_once_and_refuse_wha
 /// `ledgerctl ledger migrate`: a ledger deployed onto a stack whose early facts' records have
 /// expired (an opening and a fee; the payments' records are kept for good) cannot be rebuilt
 /// from events. The migration posts what the records still hold, then one opening balance at
-/// the loan version it read; an account that already agrees gets none; a fact applied between
-/// the read and the post refuses it; a second run writes nothing.
+/// the loan version it read; an account that already agrees gets none, one whose opening the
+/// ledger posted is refused (its difference is a defect); a fact applied between the read and
+/// the post refuses it; a second run writes nothing; the absorbed facts' events, replayed
+/// later, are quarantined, not posted twice, and a new fact posts as ever.
 async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account_once_at_servicings_version(
     engine: Engine,
 ) {
@@ -988,8 +990,9 @@ async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account
     use ledgerctl::ledger_migrate::{Migrated, migrate};
     use servicing_domain::journal::{Correction, LedgerAccount, opening_entry, opening_id};
     let servicing = Servicing::new(engine).await;
-    let (old, live) = ("acc_migrated", "acc_migrated_live");
-    // The old account's opening and fee applied with records that expire at once...
+    let (old, live, defect) = ("acc_mig_old", "acc_mig_live", "acc_mig_defect");
+    // The old account's opening and fee applied with records that expire at once (their
+    // events kept as the archive would replay them later)...
     let mut expiring = servicing.config();
     expiring.claim_retention = std::time::Duration::ZERO;
     let early: Vec<_> = [open(old), fee(old, "fee-1", 3, 700)]
@@ -997,26 +1000,35 @@ async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account
         .enumerate()
         .map(|(i, f)| sqs_message(&format!("early-{i}"), &f.to_string(), 1))
         .collect();
-    servicing.handler_with(expiring).process(&early).await;
-    // ...its payments (the second one overpays: a customer credit) and the other account
-    // with the usual retention.
+    servicing
+        .handler_with(expiring.clone())
+        .process(&early)
+        .await;
+    let absorbed = published(&servicing).await;
+    // ...its payments (the second one overpays: a customer credit) and the other accounts
+    // with the usual retention...
     let bodies: Vec<String> = [
         pay(old, "pay-1", 4, 5_000),
         pay(old, "pay-2", 5, 100_000),
         open(live),
+        open(defect),
     ]
     .iter()
     .map(Value::to_string)
     .collect();
     serviced(&servicing, &bodies).await;
+    // ...and a fee of the defect account whose event the ledger never got, its record
+    // expired: a defect, not older history.
+    let lost = sqs_message("lost", &fee(defect, "fee-lost", 3, 50).to_string(), 1);
+    servicing.handler_with(expiring).process(&[lost]).await;
     // `expiresAt` is in whole seconds and a record is alive through its second.
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
-    // The ledger consumed the live account's events only.
+    // The ledger consumed the other accounts' events, but that fee.
     let handler = ledger_handler(&servicing);
     let live_events: Vec<String> = published(&servicing)
         .await
         .into_iter()
-        .filter(|e| e.contains(live))
+        .filter(|e| (e.contains(live) || e.contains(defect)) && !e.contains("fee-lost"))
         .collect();
     post_all(
         std::slice::from_ref(&handler),
@@ -1034,7 +1046,7 @@ async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account
 
     let store = servicing.store(CONSUMER);
     let id = |a: &str| AccountId::parse(a).expect("id");
-    let accounts = [id(old), id(live), id("acc_never_opened")];
+    let accounts = [id(old), id(live), id("acc_never_opened"), id(defect)];
     let (reason, by) = (
         "ledger deployed onto older history",
         "arn:aws:iam::000000000000:user/ops",
@@ -1043,7 +1055,10 @@ async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account
         .await
         .expect("dry run");
     let would = match &dry[0].outcome {
-        Ok(Migrated::WouldOpen(Some(entry))) => entry.clone(),
+        Ok(Migrated::WouldOpen {
+            entries: 2,
+            opening: Some(entry),
+        }) => entry.clone(),
         other => panic!("{engine:?}: {other:?}: {}", dry[0].line()),
     };
     assert_eq!(
@@ -1072,11 +1087,19 @@ async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account
         ]
     );
     assert!(
-        matches!(dry[1].outcome, Ok(Migrated::WouldOpen(None))),
+        matches!(
+            dry[1].outcome,
+            Ok(Migrated::WouldOpen {
+                entries: 0,
+                opening: None
+            })
+        ),
         "{}",
         dry[1].line()
     );
     assert!(dry[2].outcome.is_err(), "{}", dry[2].line());
+    let refused = |m: &ledgerctl::ledger_migrate::AccountMigration| matches!(&m.outcome, Err(why) if why.contains("history is the ledger's"));
+    assert!(refused(&dry[3]), "{}", dry[3].line());
     assert_eq!(
         stored(&servicing, old).await,
         SubLedger::default(),
@@ -1113,11 +1136,11 @@ async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account
         entry: stale,
     };
     let fingerprint = servicing_domain::fingerprint::Fingerprint::of_value(&json!("stale"));
-    let refused = store
+    let stale_post = store
         .post_entry(&posting, &fingerprint, None, &next, Some(read.version))
         .await
         .expect("answered");
-    assert_eq!(refused, PostOutcome::Moved, "{engine:?}");
+    assert_eq!(stale_post, PostOutcome::Moved, "{engine:?}");
     assert_eq!(
         stored(&servicing, old).await,
         SubLedger::default(),
@@ -1148,6 +1171,33 @@ async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account
         done[1].line()
     );
     assert!(done[2].outcome.is_err(), "{}", done[2].line());
+    assert!(refused(&done[3]), "{}", done[3].line());
+    assert_eq!(
+        stored(&servicing, defect)
+            .await
+            .balance(&LedgerAccount::OpeningBalances),
+        0,
+        "a defect is not opened"
+    );
+    // A defect is found and corrected by a person (here: the lost fee).
+    let order = ledgerctl::ledger_correct::CorrectionOrder {
+        account: id(defect),
+        id: "fee-lost".into(),
+        debit: LedgerAccount::FeesReceivable,
+        credit: LedgerAccount::FeeIncome,
+        amount_minor: 50,
+        reason: "fee-lost never reached the ledger".into(),
+    };
+    let (corrected, line) = ledgerctl::ledger_correct::correct(&handler, &store, &order, by, false)
+        .await
+        .expect("corrected");
+    assert!(
+        matches!(
+            corrected,
+            ledgerctl::ledger_correct::Corrected::Posted { .. }
+        ),
+        "{line}"
+    );
     assert_eq!(
         stored(&servicing, live)
             .await
@@ -1180,6 +1230,33 @@ async fn when_the_ledger_is_deployed_onto_older_history_should_open_each_account
         after,
         "a second run writes nothing"
     );
+
+    // The archive replays the events the opening absorbed: quarantined, not posted again.
+    let replayed: Vec<String> = absorbed.into_iter().filter(|e| e.contains(old)).collect();
+    assert_eq!(replayed.len(), 2, "its opening and fee-1");
+    for (i, body) in replayed.iter().enumerate() {
+        let result = deliver(&handler, &format!("replay-{i}"), body).await;
+        assert!(
+            matches!(&result, MessageResult::Quarantined { code, .. } if *code == ledger_postings::BEFORE_OPENING),
+            "{engine:?}: {result:?}"
+        );
+    }
+    assert_eq!(stored(&servicing, old).await, after, "nothing posted twice");
+    // A fact applied after the opening posts as ever (servicing holds its record).
+    serviced(&servicing, &[fee(old, "fee-3", 7, 900).to_string()]).await;
+    let fresh: Vec<String> = published(&servicing)
+        .await
+        .into_iter()
+        .filter(|e| e.contains("fee-3"))
+        .collect();
+    post_all(std::slice::from_ref(&handler), &fresh, &mut Rng(9), "n").await;
+    assert_eq!(
+        stored(&servicing, old).await.entries,
+        after.entries + 1,
+        "fee-3 posted"
+    );
+    let (holds, lines) = reconciled(&servicing).await;
+    assert!(holds, "{engine:?}: after the replay:\n{}", lines.join("\n"));
     let kept = store
         .journal(&id(old))
         .await

@@ -349,5 +349,41 @@ async fn when_ledger_postings_runs_should_touch_only_what_its_role_declares(engi
         matches!(results[2], MessageResult::Quarantined { .. }),
         "{results:?}"
     );
+    // An account opened from servicing (`ledger migrate`): an event of a fact whose record is
+    // gone is asked of servicing, by the fact's record key.
+    let b = "acc_iam_migrated";
+    let mut expiring = servicing.config();
+    expiring.claim_retention = Duration::ZERO;
+    servicing
+        .handler_with(expiring)
+        .process(&[sqs_message("o", &open(b).to_string(), 1)])
+        .await;
+    let opened: Vec<String> = crate::ledger::published(&servicing)
+        .await
+        .into_iter()
+        .filter(|e| e.contains(b))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let migrated = ledgerctl::ledger_migrate::migrate(
+        &crate::ledger::ledger_handler(&servicing),
+        &servicing.store(CONSUMER),
+        &[servicing_domain::AccountId::parse(b).expect("id")],
+        "older history",
+        "ops",
+        false,
+    )
+    .await
+    .expect("migrated");
+    assert!(migrated[0].outcome.is_ok(), "{}", migrated[0].line());
+    for body in &opened {
+        let result = handler
+            .process_batch(&[sqs_message("replayed", body, 1)])
+            .await;
+        assert!(
+            matches!(&result.results[0].1, MessageResult::Quarantined { code, .. } if *code == ledger_postings::BEFORE_OPENING),
+            "{:?}",
+            result.results
+        );
+    }
     assert_declared("LedgerPostingsFunction", engine, &plan.access());
 }

@@ -26,7 +26,9 @@ use chrono::{DateTime, NaiveDate};
 use futures_util::StreamExt;
 use serde_json::Value;
 use servicing_domain::Fingerprint;
-use servicing_domain::journal::{JournalEntry, Posting, entry_of, missing_currency, posting_date};
+use servicing_domain::journal::{
+    JournalEntry, LedgerAccount, Posting, entry_of, missing_currency, posting_date,
+};
 use servicing_store::journal::PostOutcome;
 use servicing_store::{QuarantineEntry, ServicingStore, StoreError};
 use servicing_telemetry::{DecidedBy, DecisionRecord, Verdict};
@@ -41,6 +43,8 @@ pub const CONSUMER: &str = "ledger-postings";
 pub const INVALID_EVENT: &str = "invalid_event";
 pub const COLLISION: &str = "collision";
 pub const UNPOSTABLE: &str = "unpostable";
+/// An event of a fact the account's opening balance holds (`ledger migrate`).
+pub const BEFORE_OPENING: &str = "before_opening";
 
 /// Posts of one event that lose to a concurrent posting or close before the message is retried.
 const POST_ATTEMPTS: u32 = 6;
@@ -317,6 +321,27 @@ impl LedgerPostingsHandler {
                     true => Ok(MessageResult::Duplicate),
                     false => Err((COLLISION, collision(&posted.fingerprint))),
                 });
+            }
+            // An account opened from servicing holds in its opening every fact whose record
+            // had gone: such a fact's event (an archive replay, a redrive) is not posted again.
+            // Only migrated accounts pay this read.
+            let opened = read.as_ref().is_some_and(|r| {
+                r.balances
+                    .contains_key(&LedgerAccount::OpeningBalances.code())
+            });
+            if opened
+                && entry.correction.is_none()
+                && !self.store.fact_record_held(&entry.trigger).await?
+            {
+                return Ok(Err((
+                    BEFORE_OPENING,
+                    format!(
+                        "{} is opened from servicing ({}) and servicing holds no record of {}: its opening balance holds this fact already",
+                        entry.account_id,
+                        servicing_domain::journal::opening_id(&entry.account_id),
+                        entry.trigger
+                    ),
+                )));
             }
             let closed = self.closed_through(attempt > 0).await?;
             let mut next = read.as_ref().map(|r| r.sub_ledger()).unwrap_or_default();

@@ -162,6 +162,35 @@ impl ServicingStore {
         Ok((balances, entry))
     }
 
+    /// Whether servicing still holds the record of `fact` (its account-state claim, unexpired):
+    /// what the ledger asks of an event on an account opened from servicing (`ledger migrate`),
+    /// whose opening holds every fact whose record had gone. One consistent `GetItem` that
+    /// returns one attribute.
+    pub async fn fact_record_held(
+        &self,
+        fact: &servicing_domain::SourceRef,
+    ) -> Result<bool, StoreError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::claim_key(
+                crate::APPLIER,
+                fact,
+            ))))
+            .projection_expression("expiresAt")
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        let (now, _) = now_epoch();
+        // `expiresAt` is whole seconds and a record is alive through its second.
+        Ok(got.item.is_some_and(|item| {
+            !item.contains_key("expiresAt")
+                || items::number(&item, "expiresAt").is_ok_and(|at| at as i64 >= now)
+        }))
+    }
+
     /// The last day closed for postings (consistent read of one shard: a close writes them all
     /// in one transaction).
     pub async fn closed_through_any(&self) -> Result<Option<NaiveDate>, StoreError> {

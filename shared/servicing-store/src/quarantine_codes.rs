@@ -137,6 +137,11 @@ pub const QUARANTINE_CODES: &[QuarantineCode] = &[
         "a money event the ledger cannot post: its sub-ledger is in another currency, or a balance would overflow",
     ),
     code(
+        "before_opening",
+        "ledger-postings",
+        "an event of a fact older than the account's opening balance (ledger migrate), which holds it already: nothing to post",
+    ),
+    code(
         "unpublishable",
         "outbox-relay",
         "a record's event this record may not publish, or one EventBridge can never take",

@@ -46,10 +46,11 @@ fn ledger_account(code: &str) -> Result<LedgerAccount, String> {
     LedgerAccount::parse(code).ok_or_else(|| {
         let codes: Vec<String> = LedgerAccount::FIXED
             .iter()
+            .filter(|a| **a != LedgerAccount::OpeningBalances)
             .map(LedgerAccount::code)
             .collect();
         format!(
-            "not a ledger account: one of {} (cash clearing is never corrected)",
+            "not a ledger account: one of {} (cash clearing and opening balances are never corrected)",
             codes.join(", ")
         )
     })
@@ -68,8 +69,8 @@ pub enum Corrected {
 }
 
 /// Posts `order` through the ledger's own posting (`handler`, over `store`), stamped with `operator`; the
-/// currency is the sub-ledger's, else servicing's for the account (an account not posted yet,
-/// e.g. migrated).
+/// currency is the sub-ledger's, else servicing's for the account (an account the ledger has
+/// not posted yet).
 pub async fn correct(
     handler: &LedgerPostingsHandler,
     store: &ServicingStore,

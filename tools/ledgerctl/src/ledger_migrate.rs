@@ -8,10 +8,12 @@
 //! already posted post nothing); then the opening is posted in one transaction that also checks
 //! the loan is still at V and the balances at the version read. A fact applied meanwhile, or a
 //! posting that lands meanwhile, refuses the opening: run again. What the opening absorbs is
-//! only what no record holds any more; an archive replay of those days afterwards would post
-//! them again, so the archive is replayed first (the reconciliation names it otherwise).
+//! only what no record holds any more; such a fact's event arriving later (an archive replay)
+//! is quarantined `before_opening` by the ledger, which asks servicing for the fact's record
+//! on a migrated account. Only history older than the ledger is opened: an account whose
+//! `LoanOpened` the ledger posted is not (a difference there is a defect to find).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, NaiveDate};
 use ledger_postings::LedgerPostingsHandler;
@@ -22,8 +24,9 @@ use servicing_domain::journal::{
     Correction, JournalEntry, Posting, SubLedger, entry_of, missing_currency, opening_entry,
     opening_id, posting_date,
 };
+use servicing_domain::outbox::detail_types::LOAN_OPENED;
 use servicing_ops::money::minor;
-use servicing_store::journal::PostOutcome;
+use servicing_store::journal::{EntryRecord, PostOutcome};
 use servicing_store::{OutboxEvent, ServicingStore};
 
 use crate::ledger_backfill::{Backfilled, backfill, published_events};
@@ -40,9 +43,12 @@ pub enum Migrated {
     Agrees,
     /// Opened before (nothing written).
     Before { posting_date: NaiveDate, by: String },
-    /// `--dry-run`: what would be posted once the events still held are (`None`: it would
-    /// agree).
-    WouldOpen(Option<JournalEntry>),
+    /// `--dry-run`: the entries the events still held would add, and the opening that would
+    /// follow them (`None`: it would agree).
+    WouldOpen {
+        entries: u64,
+        opening: Option<JournalEntry>,
+    },
 }
 
 /// One account's migration: what was caught up first, and how it ended (an error names why
@@ -77,12 +83,18 @@ impl AccountMigration {
             Ok(Migrated::Before { posting_date, by }) => format!(
                 "{account}: opened before, posting date {posting_date}, by {by} (nothing written)"
             ),
-            Ok(Migrated::WouldOpen(None)) => format!(
-                "{account}: would agree with servicing once {} events are posted (dry run: nothing written)",
+            Ok(Migrated::WouldOpen {
+                entries,
+                opening: None,
+            }) => format!(
+                "{account}: would agree with servicing once {entries} entries of the {} events held are posted (dry run: nothing written)",
                 self.caught_up.events
             ),
-            Ok(Migrated::WouldOpen(Some(entry))) => format!(
-                "{account}: would post {} events it holds, then open {} as of {}: {} (dry run: nothing written)",
+            Ok(Migrated::WouldOpen {
+                entries,
+                opening: Some(entry),
+            }) => format!(
+                "{account}: would post {entries} entries of the {} events held, then open {} as of {}: {} (dry run: nothing written)",
                 self.caught_up.events,
                 entry.entry_id,
                 entry.trigger.event_id,
@@ -120,6 +132,9 @@ pub async fn migrate(
     operator: &str,
     dry_run: bool,
 ) -> anyhow::Result<Vec<AccountMigration>> {
+    if reason.trim().is_empty() {
+        anyhow::bail!("a migration says why (--reason): nothing written");
+    }
     // Servicing's state first: everything the opening takes from it is at this version.
     let mut loans = Vec::new();
     let mut done = Vec::new();
@@ -144,14 +159,10 @@ pub async fn migrate(
             .sub_ledger_and_entry(account, &opening_id(account))
             .await?;
         if let Some(posted) = posted {
-            let posting = posted.posting()?;
             done.push(AccountMigration {
                 account: account.clone(),
                 caught_up: Backfilled::default(),
-                outcome: Ok(Migrated::Before {
-                    posting_date: posting.posting_date,
-                    by: posting.entry.correction.map(|c| c.by).unwrap_or_default(),
-                }),
+                outcome: Ok(before(&posted)?),
             });
             continue;
         }
@@ -206,6 +217,23 @@ async fn open_all(
     Ok(done)
 }
 
+/// An opening posted before, as stored.
+fn before(posted: &EntryRecord) -> anyhow::Result<Migrated> {
+    let posting = posted.posting()?;
+    Ok(Migrated::Before {
+        posting_date: posting.posting_date,
+        by: posting.entry.correction.map(|c| c.by).unwrap_or_default(),
+    })
+}
+
+/// Whether the ledger posted the account's own opening event: then its history is the
+/// ledger's, and a difference from servicing is a defect to find, not older history.
+fn opened_by_its_event(entries: &[EntryRecord]) -> bool {
+    entries.iter().any(|e| e.event_type == LOAN_OPENED)
+}
+
+const HISTORY_IS_THE_LEDGERS: &str = "the ledger posted its LoanOpened: its history is the ledger's, and what differs from servicing is a defect to find (ledgerctl reconcile --money), not older history";
+
 /// Catches the account up on `events`, then posts its opening at servicing's `version`.
 async fn open(
     handler: &LedgerPostingsHandler,
@@ -216,19 +244,33 @@ async fn open(
     by: &Correction,
 ) -> anyhow::Result<(Backfilled, Result<Migrated, String>)> {
     let caught_up = backfill(handler, events, false).await;
-    if caught_up.failed > 0 || caught_up.quarantined > 0 {
+    // The opening must not absorb an event that could still be posted.
+    if caught_up.quarantined > 0 {
         return Ok((
             caught_up,
             Err(format!(
-                "{} of its events failed and {} were quarantined: repair them first (ledgerctl quarantine list), so the opening does not absorb them",
-                caught_up.failed, caught_up.quarantined
+                "{} of its events were quarantined: repair them first (ledgerctl quarantine list --consumer ledger-postings)",
+                caught_up.quarantined
             )),
         ));
     }
-    let read = store.sub_ledger(&servicing.account_id).await?;
+    if caught_up.failed > 0 {
+        return Ok((
+            caught_up,
+            Err(format!(
+                "{} of its events could not be posted now (a transient failure, or a bill without a currency before any entry gave the account one): run again",
+                caught_up.failed
+            )),
+        ));
+    }
+    let journal = store.journal(&servicing.account_id).await?;
+    let read = journal.balances;
     let ledger = read.as_ref().map(|r| r.sub_ledger()).unwrap_or_default();
     let now = DateTime::from_timestamp_millis(servicing_store::epoch_millis()).unwrap_or_default();
     let entry = match opening_entry(servicing, version, &ledger, by.clone(), now) {
+        Ok(Some(_)) if opened_by_its_event(&journal.entries) => {
+            return Ok((caught_up, Err(HISTORY_IS_THE_LEDGERS.into())));
+        }
         Ok(Some(entry)) => entry,
         Ok(None) => return Ok((caught_up, Ok(Migrated::Agrees))),
         Err(e) => return Ok((caught_up, Err(e.0))),
@@ -257,16 +299,20 @@ async fn open(
             posting_date: posting.posting_date,
             entry: posting.entry,
         }),
-        PostOutcome::Duplicate => Ok(Migrated::Before {
-            posting_date: posting.posting_date,
-            by: by.by.clone(),
-        }),
+        // Another run with the same reason, meanwhile: what it stored.
+        PostOutcome::Duplicate => match store
+            .sub_ledger_and_entry(&servicing.account_id, &posting.entry.entry_id)
+            .await?
+        {
+            (_, Some(posted)) => Ok(before(&posted)?),
+            (_, None) => Err("the opening was reported posted and cannot be read back".into()),
+        },
         PostOutcome::Collision { .. } => Err(format!(
             "another opening of this account was posted meanwhile: {}",
             posting.entry.entry_id
         )),
         PostOutcome::Moved | PostOutcome::Contended => Err(
-            "servicing applied a fact, or the ledger posted, while it was migrated: run again (nothing written)"
+            "servicing applied a fact, the ledger posted, or a period closed while it was migrated: run again (nothing written of the opening)"
                 .into(),
         ),
     };
@@ -283,11 +329,13 @@ async fn would_open(
     by: &Correction,
 ) -> anyhow::Result<Result<Migrated, String>> {
     let journal = store.journal(&servicing.account_id).await?;
-    let posted: HashSet<&str> = journal
+    let posted: HashMap<&str, &str> = journal
         .entries
         .iter()
-        .map(|e| e.entry_id.as_str())
+        .map(|e| (e.entry_id.as_str(), e.fingerprint.as_str()))
         .collect();
+    let mut entries = 0;
+    let mut loan_opened = opened_by_its_event(&journal.entries);
     let mut ledger: SubLedger = journal
         .balances
         .as_ref()
@@ -299,8 +347,8 @@ async fn would_open(
             detail["currency"] = servicing.currency.as_str().into();
         }
         let entry = match entry_of(&detail) {
-            Ok(Some(entry)) if !posted.contains(entry.entry_id.as_str()) => entry,
-            Ok(_) => continue,
+            Ok(Some(entry)) => entry,
+            Ok(None) => continue,
             Err(e) => {
                 return Ok(Err(format!(
                     "event {} would be quarantined: {e}",
@@ -308,15 +356,32 @@ async fn would_open(
                 )));
             }
         };
+        // As the handler tells a duplicate from a collision: the detail as published.
+        match posted.get(entry.entry_id.as_str()) {
+            Some(stored) if *stored == Fingerprint::of_value(&event.detail).as_str() => continue,
+            Some(_) => {
+                return Ok(Err(format!(
+                    "event {} would be quarantined: a collision with the entry posted under its id",
+                    entry.entry_id
+                )));
+            }
+            None => {}
+        }
         if let Err(e) = ledger.post(&entry) {
             return Ok(Err(format!(
                 "event {} would be quarantined: {e}",
                 entry.entry_id
             )));
         }
+        entries += 1;
+        loan_opened |= entry.event_type == LOAN_OPENED;
     }
     let now = DateTime::from_timestamp_millis(servicing_store::epoch_millis()).unwrap_or_default();
-    Ok(opening_entry(servicing, version, &ledger, by.clone(), now)
-        .map(Migrated::WouldOpen)
-        .map_err(|e| e.0))
+    Ok(
+        match opening_entry(servicing, version, &ledger, by.clone(), now) {
+            Ok(Some(_)) if loan_opened => Err(HISTORY_IS_THE_LEDGERS.into()),
+            Ok(opening) => Ok(Migrated::WouldOpen { entries, opening }),
+            Err(e) => Err(e.0),
+        },
+    )
 }

@@ -217,6 +217,7 @@ fn when_codes_are_stored_should_read_back_as_the_same_ledger_accounts() {
         LedgerAccount::CustomerCredit,
         LedgerAccount::Disbursements,
         LedgerAccount::Suspense,
+        LedgerAccount::OpeningBalances,
         LedgerAccount::InterestIncome,
         LedgerAccount::FeeIncome,
     ] {
