@@ -620,11 +620,11 @@ async fn jobs(servicing: &Servicing, now: i64) -> Vec<(&'static str, Figures, St
 }
 
 /// The money and ledger legs of the daily run over `days` of unsettled ledger (the reach a run
-/// reads again while the ledger has not settled, `ledger::REACH_DAYS`), against one day: the
-/// day and `copies` copies of it on each of the `days - 1` days before, claimed, logged and
-/// posted on those days. The reconciler has `Timeout: 300` (template.yaml): this prints what
-/// a day's volume costs in each reach, and the daily volume at which the whole reach would
-/// take 300 s at the rate measured here.
+/// reads again while the ledger has not settled, `ledger::REACH_DAYS`): today and, on each of
+/// the `days - 1` days before the day before yesterday, `copies` copies of today, claimed,
+/// logged and posted on that day. It measures one past day alone, then the whole reach, and
+/// prints the accounts per day at which the reach would take the reconciler's `Timeout: 300`
+/// (template.yaml) at the rate measured here.
 async fn reach(days: i64, copies: usize) {
     let servicing = Servicing::with_stream(Engine::DynamoDbLocal, false).await;
     let now = servicing_ops::epoch_seconds();
@@ -632,12 +632,13 @@ async fn reach(days: i64, copies: usize) {
     log_the_day(&servicing).await;
     let templates = closed_templates(&servicing).await;
     let past_days = (days - 1).max(0) as usize;
+    // From 2 days back: a past day is apart from today's window.
     write_history(
         &servicing,
         &templates,
         templates.len() * copies * past_days,
         now,
-        |cycle| 1 + (cycle / copies) as i64,
+        |cycle| 2 + (cycle / copies) as i64,
     )
     .await;
     let reads = ReadMeter::default();
@@ -650,57 +651,57 @@ async fn reach(days: i64, copies: usize) {
             .build(),
     );
     let (client, table) = (&client, servicing.table.as_str());
-    let now = servicing_ops::epoch_seconds() + 1;
+    let accounts = Mutex::new(Vec::new());
     let mut legs = Vec::new();
-    for (name, span) in [
-        ("money + ledger, 1 day", 25 * 3600),
-        ("money + ledger, the reach", days * DAY + 3600),
+    for (name, window) in [
+        (
+            "money + ledger, one past day",
+            (now - 2 * DAY - 3600, now - 2 * DAY + 3600),
+        ),
+        (
+            "money + ledger, the reach",
+            (now - (days + 1) * DAY, now + 2),
+        ),
     ] {
         let leg = measure(&servicing, &reads, name, async {
             let failed = |e: anyhow::Error| format!("FAILED: {e:#}");
             let grace = servicing_ops::money::Grace::default();
-            let m = servicing_ops::money::reconcile_money(
-                client,
-                table,
-                &[],
-                (now - span, now),
-                now,
-                grace,
-            )
-            .await
-            .map_err(failed)?;
-            let l = servicing_ops::ledger::reconcile_ledger(client, table, &m, now, 0)
+            let at = servicing_ops::epoch_seconds() + 1;
+            let m = servicing_ops::money::reconcile_money(client, table, &[], window, at, grace)
                 .await
                 .map_err(failed)?;
+            let l = servicing_ops::ledger::reconcile_ledger(client, table, &m, at, 0)
+                .await
+                .map_err(failed)?;
+            if let Ok(mut a) = accounts.lock() {
+                a.push(m.window_accounts.len());
+            }
             Ok(format!(
                 "{} accounts claimed, {} dates totalled, {} ledgers, {} entries, {}",
                 m.window_accounts.len(),
                 m.dates.len(),
                 l.accounts,
                 l.entries,
-                if l.problems.is_empty() {
-                    "reconciles".to_string()
-                } else {
-                    format!("does NOT reconcile: {}", l.problems[0])
+                match l.problems.first() {
+                    None => "reconciles".to_string(),
+                    Some(first) => format!("does NOT reconcile: {first}"),
                 }
             ))
         })
         .await;
-        legs.push(leg);
+        legs.push(leg.1);
     }
-    if let [(_, day, _), (_, whole, _)] = legs.as_slice() {
-        // The day's volume is the day plus `copies` copies on each past day: per day, on average.
-        let days_read = days as f64;
-        let per_day = whole.secs / days_read;
+    let accounts = accounts.into_inner().unwrap_or_default();
+    if let ([day_accounts, reach_accounts], [day, whole]) = (accounts.as_slice(), legs.as_slice()) {
+        let rate = *reach_accounts as f64 / whole.secs.max(0.001);
         println!(
-            "reach {days} days x {} day-volumes each: {:.2} s ({:.2}x the 1-day run's {:.2} s); \
-             a {days}-day reach reaches the reconciler's 300 s at ~{:.0}x this daily volume \
-             (DynamoDB Local, 2 cores; AWS latencies differ)",
-            copies,
+            "reach of {days} days: {reach_accounts} accounts in {:.2} s ({:.0} accounts/s; one past day, {day_accounts} accounts, {:.2} s); \
+             at this rate a {days}-day reach takes the reconciler's 300 s at ~{:.0} accounts touched per day \
+             (DynamoDB Local, 2 cores: AWS latencies differ)",
             whole.secs,
-            whole.secs / day.secs.max(0.001),
+            rate,
             day.secs,
-            300.0 / (per_day * days_read).max(0.001) * copies as f64
+            rate * 300.0 / days as f64
         );
     }
     if let Err(e) = servicing

@@ -22,6 +22,7 @@ on_both_engines!(
     when_a_fact_parked_long_ago_has_just_become_ready_should_not_count_it_as_left_ready,
     when_a_payment_is_suspected_twice_under_new_identities_should_not_hold,
     when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_books_open_until_it_does,
+    when_the_ledger_is_days_behind_and_a_run_has_little_time_should_catch_up_a_day_a_run,
 );
 
 /// From review (issue 33): a ledger problem was reported by the run that found it only. The
@@ -98,7 +99,9 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
         "{found:#}"
     );
 
-    // A day later the window names nothing of the account: the problem is still there.
+    // That run moved the mark through the hours before its window, which held, and no
+    // further. A day later the window names nothing of the account: the problem is still there.
+    let found_window = Value::from(found_at - 3 * 3600);
     let next_day = run_on(1).await;
     assert_eq!(
         (
@@ -106,7 +109,7 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
             &next_day["ledgerClosedThrough"],
             &next_day["ledgerReadFrom"]
         ),
-        (&false.into(), &Value::Null, &first_from),
+        (&false.into(), &Value::Null, &found_window),
         "{next_day:#}"
     );
     assert!(
@@ -124,7 +127,7 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
             &posted["ledgerSettled"],
             &posted["ledgerReadFrom"]
         ),
-        (&true.into(), &true.into(), &first_from),
+        (&true.into(), &true.into(), &found_window),
         "{posted:#}"
     );
     assert!(posted["ledgerClosedThrough"].is_string(), "{posted:#}");
@@ -187,6 +190,75 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
         "{vouched:#}"
     );
     assert!(vouched["ledgerClosedThrough"].is_string(), "{vouched:#}");
+}
+
+/// The reach a run reads again is up to a week of volume; the reconciler's timeout is whatever
+/// a user configures (AWS's default is 3 s). A run out of time stopped nowhere useful: it read
+/// the whole reach or was killed, the mark unmoved, every day again. Now a run reads the days
+/// from the mark oldest first while it has time, at least one, and moves the mark through each
+/// that settles: a run with no time left catches up one day, and the next goes on.
+async fn when_the_ledger_is_days_behind_and_a_run_has_little_time_should_catch_up_a_day_a_run(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_behind";
+    process(&servicing.handler(), &[open(a), fee(a, "fee-1", 3, 700)]).await;
+    let ledger = [crate::ledger::ledger_handler(&servicing)];
+    let events = crate::ledger::published(&servicing).await;
+    crate::ledger::post_all(&ledger, &events, &mut integration_tests::Rng(3), "o").await;
+    let sqs = aws_sdk_sqs::Client::new(&Engine::MiniStack.sdk_config().await);
+    let config = ::reconciler::Config {
+        table: servicing.table.clone(),
+        window_hours: 3,
+        park_retention: WEEK,
+        claim_retention: Duration::from_secs(35 * 86_400),
+        servicing_queue_url: "unused: nothing is parked".into(),
+        ledger_close_lag_days: 1,
+    };
+    let store = servicing.store("account-state");
+    servicing.keep_record_log().await;
+    // The stack's first run starts the mark at its window; then five days without a run.
+    let started = servicing_ops::epoch_seconds() + 60 * 60;
+    let first = ::reconciler::run_at(&config, &store, &sqs, started)
+        .await
+        .expect("run");
+    assert_eq!(
+        (&first["ledgerReadFrom"], &first["ledgerSettled"]),
+        (&(started - 3 * 3600).into(), &true.into()),
+        "{first:#}"
+    );
+    let later = started + 5 * 86_400;
+    let window_start = later - 3 * 3600;
+    // Settled through the first run, short of the grace.
+    let mut from = started - 15 * 60;
+    let mut runs = 0;
+    loop {
+        runs += 1;
+        // No time left at all: the run still reads one day.
+        let spent = std::time::Instant::now();
+        let run = ::reconciler::run_until(&config, &store, &sqs, later, Some(spent))
+            .await
+            .expect("run");
+        assert_eq!(run["ledgerReadFrom"], from, "run {runs}: {run:#}");
+        if run["ledgerSettled"] == true {
+            assert_eq!(run["holds"], true, "{run:#}");
+            assert!(run["ledgerClosedThrough"].is_string(), "{run:#}");
+            break;
+        }
+        let through = (from + 86_400).min(window_start);
+        assert_eq!(
+            (&run["holds"], &run["ledgerReadThrough"]),
+            (&false.into(), &through.into()),
+            "run {runs}: one day read, {run:#}"
+        );
+        assert!(
+            run["problems"].to_string().contains("being caught up"),
+            "{run:#}"
+        );
+        from = through;
+        assert!(runs < 10, "the mark does not move: {run:#}");
+    }
+    assert_eq!(runs, 5, "a day a run, then the window");
 }
 
 /// Issue 32: a suspected duplicate (same account, amount, currency and time under another

@@ -2,7 +2,7 @@
 //! reconcile the last window of account-state, then its money (accepted API payments applied,
 //! collections actions settled), as metrics that alarm when non-zero.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 pub use servicing_settings::FromSettings;
@@ -94,6 +94,15 @@ impl RunCounts {
     }
 }
 
+/// Until when a run with `remaining` of its invocation's time may start another day of the
+/// ledger's catch-up: a fifth of it (at least 2 s) is kept for what follows — the mark, the
+/// close, confirming applied payments, the metrics — so a run ends within any timeout a user
+/// configures, having moved the mark through the days it read.
+pub fn work_deadline(remaining: Duration) -> Instant {
+    let reserve = (remaining / 5).max(Duration::from_secs(2));
+    Instant::now() + remaining.saturating_sub(reserve)
+}
+
 /// One run: expiry of parked facts (account by account: one account's problem is reported
 /// and counted, the others go on), ready facts sent back to their accounts, then the window's
 /// reconciliation; emits the [`RunCounts`] and answers what it found.
@@ -105,12 +114,41 @@ pub async fn run(
     run_at(config, store, sqs, servicing_ops::epoch_seconds()).await
 }
 
-/// [`run`] as of `now` (epoch seconds).
+/// [`run`] as of `now` (epoch seconds), with all the time it needs.
 pub async fn run_at(
     config: &Config,
     store: &ServicingStore,
     sqs: &aws_sdk_sqs::Client,
     now: i64,
+) -> anyhow::Result<Value> {
+    run_until(config, store, sqs, now, None).await
+}
+
+/// The ledger of what `money` touched, against servicing: accounts touched within the grace
+/// are in flight. A failed read is the ledger's problem: the money checks still report.
+async fn ledger_of(
+    store: &ServicingStore,
+    table: &str,
+    money: &servicing_ops::money::MoneyReconciliation,
+    now: i64,
+) -> servicing_ops::ledger::LedgerReconciliation {
+    let grace = servicing_ops::money::Grace::default().accepted_secs;
+    servicing_ops::ledger::reconcile_ledger(store.client(), table, money, now, grace)
+        .await
+        .unwrap_or_else(|e| servicing_ops::ledger::LedgerReconciliation {
+            problems: vec![format!("the ledger could not be reconciled: {e:#}")],
+            ..Default::default()
+        })
+}
+
+/// [`run_at`], catching the ledger up only while there is time before `deadline` (the
+/// invocation's, less what the rest of the run needs: [`work_deadline`]).
+pub async fn run_until(
+    config: &Config,
+    store: &ServicingStore,
+    sqs: &aws_sdk_sqs::Client,
+    now: i64,
+    deadline: Option<Instant>,
 ) -> anyhow::Result<Value> {
     let expiry = servicing_ops::parked::expire(store, now, config.park_retention).await?;
     if expiry.missing + expiry.mismatched > 0 {
@@ -180,7 +218,6 @@ pub async fn run_at(
             window.0
         }
     };
-    let money_window = (from, window.1);
     let report =
         servicing_ops::reconcile::reconcile(store.client(), &config.table, APPLIER, window, None)
             .await?;
@@ -188,46 +225,87 @@ pub async fn run_at(
         tracing::info!(line, "reconciliation");
     }
     problems.extend(report.problems.iter().cloned());
-    // The money: accepted API payments applied, actions settled (ready facts were handled above).
+    let grace = servicing_ops::money::Grace::default();
+    // The money over the window: accepted API payments applied, actions settled (ready facts
+    // were handled above), and the ledger of what it touched.
     let money = servicing_ops::money::reconcile_money(
         store.client(),
         &config.table,
         &[],
-        money_window,
+        window,
         now,
-        servicing_ops::money::Grace::default(),
+        grace,
     )
     .await?;
     problems.extend(money.unreadable.iter().cloned());
-    // The ledger against servicing: accounts touched within the grace are still in flight.
-    let ledger = servicing_ops::ledger::reconcile_ledger(
-        store.client(),
-        &config.table,
-        &money,
-        now,
-        servicing_ops::money::Grace::default().accepted_secs,
-    )
-    .await
-    // A failed read of the ledger is the ledger's problem: the money checks still report.
-    .unwrap_or_else(|e| servicing_ops::ledger::LedgerReconciliation {
-        problems: vec![format!("the ledger could not be reconciled: {e:#}")],
-        ..Default::default()
-    });
-    for problem in &ledger.problems {
+    let ledger = ledger_of(store, &config.table, &money, now).await;
+    // Catching up: the days from the mark to the window, oldest first, one at a time while the
+    // run has time — at least one a run, so a reach longer than one run's time still moves on
+    // (the mark follows every day that settles, in order).
+    let mut ledger_problems = ledger.problems.clone();
+    let mut ledger_deferred = ledger.deferred.clone();
+    let mut settled_through = None;
+    let mut all_settled = true;
+    let (mut start, mut took) = (from, Duration::ZERO);
+    while start < window.0 {
+        if start > from && deadline.is_some_and(|d| Instant::now() + took >= d) {
+            break;
+        }
+        let began = Instant::now();
+        let end = (start + 86_400).min(window.0);
+        let day = servicing_ops::money::reconcile_money(
+            store.client(),
+            &config.table,
+            &[],
+            (start, end),
+            now,
+            grace,
+        )
+        .await?;
+        let day_ledger = ledger_of(store, &config.table, &day, now).await;
+        problems.extend(day.unreadable);
+        ledger_problems.extend(day_ledger.problems.iter().cloned());
+        ledger_deferred.extend(day_ledger.deferred.iter().cloned());
+        all_settled &= day_ledger.settled();
+        if all_settled {
+            settled_through = Some(end);
+        }
+        (start, took) = (end, began.elapsed());
+    }
+    let caught_up = start >= window.0;
+    if !caught_up {
+        problems.push(format!(
+            "the ledger is being caught up from {}: read through {} in this run's time; the next run goes on from where it settled",
+            servicing_ops::iso(from),
+            servicing_ops::iso(start)
+        ));
+    }
+    // An account's difference is met in every day it was touched: named once.
+    for list in [&mut ledger_problems, &mut ledger_deferred] {
+        let mut seen = std::collections::HashSet::new();
+        list.retain(|p| seen.insert(p.clone()));
+    }
+    for problem in &ledger_problems {
         tracing::error!(
             alert = "ledger_mismatch",
             problem,
             "the ledger does not reconcile"
         );
     }
-    // Settled: it holds, with nothing deferred while in flight; only then does the mark move
-    // (short of the grace: what was in flight is read again) and a period close.
-    let settled = ledger.settled() && !ledger_blocked;
-    let grace = servicing_ops::money::Grace::default().accepted_secs;
-    if settled && let Err(e) = store.advance_ledger_settled(now - grace, None).await {
+    // Settled: it holds from the mark to now, with nothing deferred while in flight; only then
+    // does the mark move to now (short of the grace: what was in flight is read again) and a
+    // period close. Short of that, the mark moves through the days that settled.
+    let settled = caught_up && all_settled && ledger.settled() && !ledger_blocked;
+    let mark = match settled {
+        true => Some(now - grace.accepted_secs),
+        false => settled_through.filter(|_| !ledger_blocked),
+    };
+    if let Some(mark) = mark
+        && let Err(e) = store.advance_ledger_settled(mark, None).await
+    {
         problems.push(format!(
             "cannot record the ledger settled through {}: {e}",
-            servicing_ops::iso(now - grace)
+            servicing_ops::iso(mark)
         ));
     }
     // The daily close: only books that reconcile are closed; a later event dated in a closed
@@ -287,18 +365,21 @@ pub async fn run_at(
             .iter()
             .filter(|d| d.second_claimed_at >= now - window_secs)
             .count() as u64,
-        ledger_problems: ledger.problems.len() as u64,
+        ledger_problems: ledger_problems.len() as u64,
     };
     servicing_telemetry::emit("reconciler", &counts.metrics());
     Ok(json!({
         // A suspected duplicate new in the window needs a person: the run does not hold.
-        "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty() && counts.suspected_duplicates == 0 && ledger.holds(),
-        "ledgerProblems": ledger.problems,
+        "holds": report.holds() && problems.is_empty() && not_applied.is_empty() && money.stuck_actions.is_empty() && counts.suspected_duplicates == 0 && ledger_problems.is_empty(),
+        "ledgerProblems": ledger_problems,
         // Differences of accounts in flight: not problems yet, but nothing is closed over them.
-        "ledgerDeferred": ledger.deferred,
+        "ledgerDeferred": ledger_deferred,
         // Where the money and the ledger were read from (before the window: where a run last
         // saw the ledger settled), and whether this run moved that mark.
-        "ledgerReadFrom": money_window.0,
+        "ledgerReadFrom": from,
+        // Where this run's read of the ledger ended: now, or — catching up, out of time — the
+        // end of the last day it read.
+        "ledgerReadThrough": if caught_up { window.1 } else { start },
         "ledgerSettled": settled,
         "ledgerClosedThrough": ledger_closed,
         "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
@@ -315,6 +396,19 @@ pub async fn run_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn when_users_configure_any_timeout_should_keep_time_for_the_end_of_the_run() {
+        // AWS's default, a short one, the template's, Lambda's maximum; and none left.
+        for (timeout, catch_up_for) in [(3, 1), (30, 24), (300, 240), (900, 720), (1, 0)] {
+            let before = Instant::now();
+            let deadline = work_deadline(Duration::from_secs(timeout));
+            let budget = deadline.saturating_duration_since(before);
+            let expected = Duration::from_secs(catch_up_for);
+            let off = budget.abs_diff(expected);
+            assert!(off < Duration::from_millis(100), "{timeout} s: {budget:?}");
+        }
+    }
 
     #[test]
     fn when_the_window_or_retention_is_out_of_range_should_refuse_to_start() {

@@ -6,7 +6,7 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use reconciler::{Config, FromSettings, run};
+use reconciler::{Config, FromSettings, run_until, work_deadline};
 use serde_json::Value;
 use servicing_store::ServicingStore;
 
@@ -20,8 +20,17 @@ async fn main() -> Result<(), Error> {
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let (config, store, sqs) = (&config, &store, &sqs);
 
-    lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move {
-        run(config, store, sqs).await.map_err(Error::from)
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        // The invocation's deadline (epoch ms): the ledger's catch-up stops in time for it.
+        let now_ms = servicing_store::epoch_millis();
+        let remaining = (event.context.deadline as i64)
+            .saturating_sub(now_ms)
+            .max(0);
+        let deadline = work_deadline(std::time::Duration::from_millis(remaining as u64));
+        let now = servicing_ops::epoch_seconds();
+        run_until(config, store, sqs, now, Some(deadline))
+            .await
+            .map_err(Error::from)
     }))
     .await
 }
