@@ -36,6 +36,9 @@ cargo build --quiet --locked --profile bench-local -p bench --bin reconcile_load
 # (the payments API's decision records, printed on stdout as in Lambda, are left out)
 target/bench-local/reconcile_load --history "${RECONCILE_HISTORY:-200000,2000000}" | grep -v '^{'
 
+echo "== the ledger's 7-day reach against the reconciler's 300 s (DynamoDB Local)"
+target/bench-local/reconcile_load --reach-days 7 | grep -v '^{'
+
 echo "== payments-api (DynamoDB Local)"
 cargo run --quiet --locked --profile bench-local -p bench --bin apiload
 

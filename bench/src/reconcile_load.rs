@@ -9,7 +9,7 @@
 //! by AWS's rules on what came back (`capacity.rs`; a floor for a filtered scan) and seconds,
 //! one line each, then the ratio between the sizes.
 //!
-//!   reconcile_load [--history 200000,2000000]
+//!   reconcile_load [--history 200000,2000000] | --reach-days 7
 
 // Timings and ratios, not money: floats are fine here.
 #![allow(clippy::float_arithmetic)]
