@@ -7,7 +7,8 @@
 //! confirmed API records, settled actions, quarantine items of past days, loans). Each job then
 //! runs once through the metered client: requests, items read (a scan's every item), read units
 //! by AWS's rules on what came back (`capacity.rs`; a floor for a filtered scan) and seconds,
-//! one line each, then the ratio between the sizes.
+//! one line each, then the ratio between the sizes. With `--reach-days N` instead: the money
+//! and ledger legs over the ledger's reach of N days against one day (`reach`).
 //!
 //!   reconcile_load [--history 200000,2000000] | --reach-days 7
 
