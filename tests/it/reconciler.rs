@@ -112,6 +112,12 @@ async fn when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_boo
         (&false.into(), &Value::Null, &found_window),
         "{next_day:#}"
     );
+    // The day that holds the problem did not settle: the mark stays at its start, though the
+    // days after it hold.
+    assert_eq!(
+        next_day["ledgerSettledThrough"], found_window,
+        "{next_day:#}"
+    );
     assert!(
         next_day["ledgerProblems"].to_string().contains(a),
         "{next_day:#}"
@@ -247,9 +253,13 @@ async fn when_the_ledger_is_days_behind_and_a_run_has_little_time_should_catch_u
         }
         let through = (from + 86_400).min(window_start);
         assert_eq!(
-            (&run["holds"], &run["ledgerReadThrough"]),
-            (&false.into(), &through.into()),
-            "run {runs}: one day read, {run:#}"
+            (
+                &run["holds"],
+                &run["ledgerReadThrough"],
+                &run["ledgerSettledThrough"]
+            ),
+            (&false.into(), &through.into(), &through.into()),
+            "run {runs}: one day read and settled, {run:#}"
         );
         assert!(
             run["problems"].to_string().contains("being caught up"),

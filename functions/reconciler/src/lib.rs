@@ -244,7 +244,13 @@ pub async fn run_until(
     // (the mark follows every day that settles, in order).
     let mut ledger_problems = ledger.problems.clone();
     let mut ledger_deferred = ledger.deferred.clone();
-    let mut settled_through = None;
+    // Where the mark is: moved after each day that settles, so a run stopped later (killed,
+    // a failed read) keeps what it settled.
+    let mut mark = match &settled_through {
+        Ok(Some(through)) => Some(*through),
+        Ok(None) => Some(window.0),
+        Err(_) => None,
+    };
     let mut all_settled = true;
     let (mut start, mut took) = (from, Duration::ZERO);
     while start < window.0 {
@@ -253,7 +259,7 @@ pub async fn run_until(
         }
         let began = Instant::now();
         let end = (start + 86_400).min(window.0);
-        let day = servicing_ops::money::reconcile_money(
+        let day = match servicing_ops::money::reconcile_money(
             store.client(),
             &config.table,
             &[],
@@ -261,27 +267,50 @@ pub async fn run_until(
             now,
             grace,
         )
-        .await?;
+        .await
+        {
+            Ok(day) => day,
+            Err(e) => {
+                problems.push(format!(
+                    "cannot read the money from {} to {}: {e:#}",
+                    servicing_ops::iso(start),
+                    servicing_ops::iso(end)
+                ));
+                all_settled = false;
+                break;
+            }
+        };
         let day_ledger = ledger_of(store, &config.table, &day, now).await;
         problems.extend(day.unreadable);
         ledger_problems.extend(day_ledger.problems.iter().cloned());
         ledger_deferred.extend(day_ledger.deferred.iter().cloned());
         all_settled &= day_ledger.settled();
-        if all_settled {
-            settled_through = Some(end);
+        if all_settled && !ledger_blocked {
+            match store.advance_ledger_settled(end, None).await {
+                Ok(_) => mark = Some(end),
+                Err(e) => {
+                    problems.push(format!(
+                        "cannot record the ledger settled through {}: {e}",
+                        servicing_ops::iso(end)
+                    ));
+                    all_settled = false;
+                }
+            }
         }
         (start, took) = (end, began.elapsed());
     }
     let caught_up = start >= window.0;
-    if !caught_up {
+    if !caught_up && !ledger_blocked {
         problems.push(format!(
-            "the ledger is being caught up from {}: read through {} in this run's time; the next run goes on from where it settled",
+            "the ledger is being caught up: read from {} through {} in this run's time, settled through {}; the next run reads from there (invoke the reconciler again to go on now)",
             servicing_ops::iso(from),
-            servicing_ops::iso(start)
+            servicing_ops::iso(start),
+            mark.map_or_else(|| "nothing yet".to_owned(), servicing_ops::iso)
         ));
     }
-    // An account's difference is met in every day it was touched: named once.
-    for list in [&mut ledger_problems, &mut ledger_deferred] {
+    // An account's difference is met in every day it was touched, an unreadable open item in
+    // every day's read: named once.
+    for list in [&mut ledger_problems, &mut ledger_deferred, &mut problems] {
         let mut seen = std::collections::HashSet::new();
         list.retain(|p| seen.insert(p.clone()));
     }
@@ -294,19 +323,17 @@ pub async fn run_until(
     }
     // Settled: it holds from the mark to now, with nothing deferred while in flight; only then
     // does the mark move to now (short of the grace: what was in flight is read again) and a
-    // period close. Short of that, the mark moves through the days that settled.
+    // period close.
     let settled = caught_up && all_settled && ledger.settled() && !ledger_blocked;
-    let mark = match settled {
-        true => Some(now - grace.accepted_secs),
-        false => settled_through.filter(|_| !ledger_blocked),
-    };
-    if let Some(mark) = mark
-        && let Err(e) = store.advance_ledger_settled(mark, None).await
-    {
-        problems.push(format!(
-            "cannot record the ledger settled through {}: {e}",
-            servicing_ops::iso(mark)
-        ));
+    let now_settled = now - grace.accepted_secs;
+    if settled {
+        match store.advance_ledger_settled(now_settled, None).await {
+            Ok(_) => mark = Some(now_settled),
+            Err(e) => problems.push(format!(
+                "cannot record the ledger settled through {}: {e}",
+                servicing_ops::iso(now_settled)
+            )),
+        }
     }
     // The daily close: only books that reconcile are closed; a later event dated in a closed
     // day is posted to the first open one (docs/ledger.md).
@@ -381,6 +408,8 @@ pub async fn run_until(
         // end of the last day it read.
         "ledgerReadThrough": if caught_up { window.1 } else { start },
         "ledgerSettled": settled,
+        // Where the mark is after this run: the next reads from there.
+        "ledgerSettledThrough": mark,
         "ledgerClosedThrough": ledger_closed,
         "acceptedNotApplied": not_applied.iter().map(|n| format!("{} ({}) on {}: {}", n.operation_id, n.fact, n.account_id, n.state)).collect::<Vec<_>>(),
         "actionsPendingTooLong": money.stuck_actions.iter().map(|a| format!("{} on {}: {} after {} attempts", a.action_id, a.account_id, a.status, a.attempts)).collect::<Vec<_>>(),
