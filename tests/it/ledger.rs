@@ -845,6 +845,35 @@ async fn when_a_bill_was_published_without_its_currency_should_post_it_in_the_ac
     let ledger = stored(&servicing, a).await;
     assert_eq!(ledger.balances["1110:interest_receivable"], 500);
     assert_eq!(ledger.balances["4000:interest_income"], -500);
+    // An operator's catch-up (`ledger backfill`, `ledger migrate`) of an account servicing
+    // opened and the ledger never posted (its opening's record gone): the loan says the
+    // currency.
+    let b = "acc_old_bill_migrated";
+    serviced(
+        &servicing,
+        &[integration_tests::generate::open(b).to_string()],
+    )
+    .await;
+    let mut old_bill: Value = serde_json::from_str(&bill).expect("json");
+    old_bill["detail"]["accountId"] = b.into();
+    old_bill["detail"]["eventId"] = "evt_bill_migrated".into();
+    let operators = LedgerPostingsHandler::for_operators(servicing.store(CONSUMER));
+    let report = operators
+        .process_batch(&[sqs_message("m1", &old_bill.to_string(), 1)])
+        .await;
+    assert!(
+        matches!(report.results[0].1, MessageResult::Posted { .. }),
+        "{engine:?}: {:?}",
+        report.results
+    );
+    let migrated = stored(&servicing, b).await;
+    assert_eq!(
+        (
+            migrated.currency.map(|c| c.as_str().to_owned()),
+            migrated.balances["1110:interest_receivable"]
+        ),
+        (Some("EUR".to_owned()), 500)
+    );
     for record in &records {
         let violations = integration_tests::schema::violations(&schema, &record.to_json());
         assert!(

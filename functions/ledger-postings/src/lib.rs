@@ -77,6 +77,10 @@ pub struct LedgerPostingsHandler {
     concurrency: usize,
     /// The last closed day as read, and when.
     closed: Mutex<Option<(Option<NaiveDate>, Instant)>>,
+    /// A bill without a currency on an account with no sub-ledger yet takes servicing's loan
+    /// currency (operators' catch-up: `ledgerctl ledger backfill`/`migrate`, whose credentials
+    /// read loans; the Lambda's role does not, and waits for the account's opening instead).
+    currency_from_servicing: bool,
 }
 
 /// A batch's results (by message id, in order) and the decision record of each money event
@@ -119,6 +123,17 @@ impl LedgerPostingsHandler {
             store,
             concurrency: 8,
             closed: Mutex::new(None),
+            currency_from_servicing: false,
+        }
+    }
+
+    /// The handler operators' commands post through: as the Lambda's, and a bill without a
+    /// currency on an account the ledger has not posted yet takes servicing's loan currency
+    /// (an account migrated from older history may have no entry to say it).
+    pub fn for_operators(store: ServicingStore) -> Self {
+        Self {
+            currency_from_servicing: true,
+            ..Self::new(store)
         }
     }
 
@@ -280,12 +295,21 @@ impl LedgerPostingsHandler {
         let Some(account) = account else {
             return Ok(None);
         };
-        let currency = self
+        let mut currency = self
             .store
             .sub_ledger(&account)
             .await
             .map_err(|e| e.to_string())?
             .and_then(|r| r.currency);
+        if currency.is_none() && self.currency_from_servicing {
+            currency = self
+                .store
+                .loan_state(&account)
+                .await
+                .map_err(|e| e.to_string())?
+                .and_then(|loan| loan.account)
+                .map(|state| state.currency);
+        }
         let Some(currency) = currency else {
             return Err(format!(
                 "a bill without a currency on {account}: waits for the account's opening to be posted"

@@ -176,7 +176,7 @@ pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::R
                 change,
             } => {
                 let operator = target.authorize(change, *dry_run).await?;
-                let handler = LedgerPostingsHandler::new(store.clone());
+                let handler = LedgerPostingsHandler::for_operators(store.clone());
                 // Posted, posted before or a dry run: done (a refusal is an error).
                 let (_, line) =
                     ledgerctl::ledger_correct::correct(&handler, &store, order, &operator, *dry_run)
@@ -194,7 +194,7 @@ pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::R
                 let events =
                     ledgerctl::ledger_backfill::published_events(store.client(), &target.table, &accounts)
                         .await?;
-                let handler = LedgerPostingsHandler::new(store.clone());
+                let handler = LedgerPostingsHandler::for_operators(store.clone());
                 let done = ledgerctl::ledger_backfill::backfill(&handler, &events, *dry_run).await;
                 println!(
                     "{}{} (by {operator})",
@@ -210,7 +210,7 @@ pub fn ledger(command: &LedgerCommand, json: bool, target: &Target) -> anyhow::R
                 change,
             } => {
                 let operator = target.authorize(change, *dry_run).await?;
-                let handler = LedgerPostingsHandler::new(store.clone());
+                let handler = LedgerPostingsHandler::for_operators(store.clone());
                 let done = ledgerctl::ledger_migrate::migrate(
                     &handler, &store, account, reason, &operator, *dry_run,
                 )

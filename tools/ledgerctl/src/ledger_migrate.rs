@@ -258,7 +258,7 @@ async fn open(
         return Ok((
             caught_up,
             Err(format!(
-                "{} of its events could not be posted now (a transient failure, or a bill without a currency before any entry gave the account one): run again",
+                "{} of its events could not be posted now (a transient failure): run again",
                 caught_up.failed
             )),
         ));
