@@ -23,6 +23,7 @@ on_both_engines!(
     when_a_payment_is_suspected_twice_under_new_identities_should_not_hold,
     when_the_ledger_did_not_reconcile_on_an_earlier_day_should_keep_the_books_open_until_it_does,
     when_the_ledger_is_days_behind_and_a_run_has_little_time_should_catch_up_a_day_a_run,
+    when_a_daily_run_had_no_time_to_catch_up_should_go_on_hourly_and_stop_where_a_day_does_not_settle,
 );
 
 /// From review (issue 33): a ledger problem was reported by the run that found it only. The
@@ -261,6 +262,7 @@ async fn when_the_ledger_is_days_behind_and_a_run_has_little_time_should_catch_u
             (&false.into(), &through.into(), &through.into()),
             "run {runs}: one day read and settled, {run:#}"
         );
+        assert_eq!(run["ledgerCatchingUp"], true, "{run:#}");
         assert!(
             run["problems"].to_string().contains("being caught up"),
             "{run:#}"
@@ -269,6 +271,129 @@ async fn when_the_ledger_is_days_behind_and_a_run_has_little_time_should_catch_u
         assert!(runs < 10, "the mark does not move: {run:#}");
     }
     assert_eq!(runs, 5, "a day a run, then the window");
+}
+
+/// From review (issue 33): a daily run with time for one day moved the mark a day, and a day
+/// later the window had moved a day too: a gap longer than a day was never closed. A run out
+/// of time now leaves `catchingUp` on the mark, and the hourly catch-up reads on from it, a
+/// day at a time, up to the window; it stops at the first day that does not settle (the
+/// daily run reports it) and otherwise costs one read.
+async fn when_a_daily_run_had_no_time_to_catch_up_should_go_on_hourly_and_stop_where_a_day_does_not_settle(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let a = "acc_hourly";
+    process(
+        &servicing.handler(),
+        &[open(a), fee(a, "fee-1", 3, 700), pay(a, "pay-1", 4, 5_000)],
+    )
+    .await;
+    // The ledger posts all but the payment: the day of these facts will not settle.
+    let (payments, others): (Vec<String>, Vec<String>) = crate::ledger::published(&servicing)
+        .await
+        .into_iter()
+        .partition(|e| e.contains("\"PaymentApplied\""));
+    let ledger = [crate::ledger::ledger_handler(&servicing)];
+    let mut rng = integration_tests::Rng(11);
+    crate::ledger::post_all(&ledger, &others, &mut rng, "o").await;
+    let sqs = aws_sdk_sqs::Client::new(&Engine::MiniStack.sdk_config().await);
+    let config = ::reconciler::Config {
+        table: servicing.table.clone(),
+        window_hours: 3,
+        park_retention: WEEK,
+        claim_retention: Duration::from_secs(35 * 86_400),
+        servicing_queue_url: "unused: nothing is parked".into(),
+        ledger_close_lag_days: 1,
+    };
+    let store = servicing.store("account-state");
+    servicing.keep_record_log().await;
+    let facts_at = servicing_ops::epoch_seconds();
+    // The stack's first run three and a half days before the facts (nothing to read), then
+    // none until four hours after them: four days behind, the facts in the middle of the last.
+    let started = facts_at - 4 * 86_400 + 12 * 3600;
+    let first = ::reconciler::run_at(&config, &store, &sqs, started)
+        .await
+        .expect("first run");
+    assert_eq!(first["ledgerSettled"], true, "{first:#}");
+    let later = facts_at + 4 * 3600;
+    let no_time = || Some(std::time::Instant::now());
+    let daily = ::reconciler::run_until(&config, &store, &sqs, later, no_time())
+        .await
+        .expect("daily run");
+    let mut mark = started - 15 * 60 + 86_400;
+    assert_eq!(
+        (&daily["ledgerSettledThrough"], &daily["ledgerCatchingUp"]),
+        (&mark.into(), &true.into()),
+        "a day read and settled, out of time: {daily:#}"
+    );
+    // Hourly, with no time either: a day each, the mark following, while they settle.
+    let mut hour = 0;
+    let stopped = loop {
+        hour += 1;
+        let run = ::reconciler::catch_up_until(&config, &store, later + hour * 3600, no_time())
+            .await
+            .expect("catch-up");
+        assert_eq!(run["ledgerReadFrom"], mark, "hour {hour}: {run:#}");
+        if run["catchingUp"] == false {
+            break run;
+        }
+        mark += 86_400;
+        assert_eq!(run["ledgerSettledThrough"], mark, "hour {hour}: {run:#}");
+        assert!(hour < 10, "the catch-up does not move: {run:#}");
+    };
+    // The facts' day does not settle: the mark stays at its start, the catch-up ends there.
+    assert_eq!(
+        hour, 3,
+        "two days settled, then the facts' day: {stopped:#}"
+    );
+    assert!(mark <= facts_at && facts_at < mark + 86_400, "{stopped:#}");
+    assert_eq!(stopped["ledgerSettledThrough"], mark, "{stopped:#}");
+    assert!(
+        stopped["ledgerProblems"].to_string().contains(a),
+        "{stopped:#}"
+    );
+    // Ended: the next hour's is one read of the mark, and reads no day.
+    servicing.requests.reset();
+    let idle = ::reconciler::catch_up_until(&config, &store, later + 5 * 3600, no_time())
+        .await
+        .expect("idle catch-up");
+    assert_eq!(
+        (&idle["catchingUp"], &idle["ledgerReadFrom"]),
+        (&false.into(), &Value::Null),
+        "{idle:#}"
+    );
+    assert_eq!(
+        servicing.requests.total(),
+        1,
+        "{:?}",
+        servicing.requests.snapshot()
+    );
+    // The daily run reads from the mark and reports the day; once posted, it settles.
+    let reported = ::reconciler::run_at(&config, &store, &sqs, later + 6 * 3600)
+        .await
+        .expect("daily run");
+    assert_eq!(
+        (
+            &reported["holds"],
+            &reported["ledgerReadFrom"],
+            &reported["ledgerCatchingUp"]
+        ),
+        (&false.into(), &mark.into(), &false.into()),
+        "{reported:#}"
+    );
+    assert!(
+        reported["ledgerProblems"].to_string().contains(a),
+        "{reported:#}"
+    );
+    crate::ledger::post_all(&ledger, &payments, &mut rng, "p").await;
+    let settled = ::reconciler::run_at(&config, &store, &sqs, later + 7 * 3600)
+        .await
+        .expect("daily run");
+    assert_eq!(
+        (&settled["holds"], &settled["ledgerSettled"]),
+        (&true.into(), &true.into()),
+        "{settled:#}"
+    );
 }
 
 /// Issue 32: a suspected duplicate (same account, amount, currency and time under another

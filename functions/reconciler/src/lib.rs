@@ -141,6 +141,173 @@ async fn ledger_of(
         })
 }
 
+/// How a catch-up reads the days behind the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// The daily run's: every day it has time for, to report each day's problems; the mark
+    /// moves through the days that settle unless `blocked` (beyond the reach).
+    Report { blocked: bool },
+    /// The hourly catch-up's: it stops at the first day that does not settle, which the mark
+    /// cannot pass (the daily run reads it again and reports it).
+    Advance,
+}
+
+/// What the days from the mark to the window held.
+#[derive(Debug, Default)]
+struct CatchUp {
+    /// The end of the last day read (the window's start once caught up).
+    read_through: i64,
+    /// The mark after it: moved after each day that settles, so a run stopped later (killed,
+    /// a failed read) keeps what it settled.
+    mark: Option<i64>,
+    /// Every day read settled.
+    settled: bool,
+    problems: Vec<String>,
+    ledger_problems: Vec<String>,
+    ledger_deferred: Vec<String>,
+}
+
+/// The days from `from` to `until` (the window's start), oldest first, one at a time while
+/// there is time before `deadline` — at least one, so a reach longer than one run's time still
+/// moves on — moving the mark through every day that settles, in order.
+async fn catch_up(
+    store: &ServicingStore,
+    table: &str,
+    (from, until): (i64, i64),
+    mark: Option<i64>,
+    now: i64,
+    deadline: Option<Instant>,
+    reading: Reading,
+) -> CatchUp {
+    let grace = servicing_ops::money::Grace::default();
+    let mut out = CatchUp {
+        mark,
+        settled: true,
+        ..Default::default()
+    };
+    let (mut start, mut took) = (from, Duration::ZERO);
+    while start < until {
+        if start > from && deadline.is_some_and(|d| Instant::now() + took >= d) {
+            break;
+        }
+        if !out.settled && reading == Reading::Advance {
+            break;
+        }
+        let began = Instant::now();
+        let end = (start + 86_400).min(until);
+        let day = match servicing_ops::money::reconcile_money(
+            store.client(),
+            table,
+            &[],
+            (start, end),
+            now,
+            grace,
+        )
+        .await
+        {
+            Ok(day) => day,
+            Err(e) => {
+                out.problems.push(format!(
+                    "cannot read the money from {} to {}: {e:#}",
+                    servicing_ops::iso(start),
+                    servicing_ops::iso(end)
+                ));
+                out.settled = false;
+                break;
+            }
+        };
+        let day_ledger = ledger_of(store, table, &day, now).await;
+        out.problems.extend(day.unreadable);
+        out.ledger_problems
+            .extend(day_ledger.problems.iter().cloned());
+        out.ledger_deferred
+            .extend(day_ledger.deferred.iter().cloned());
+        out.settled &= day_ledger.settled();
+        if out.settled && reading != (Reading::Report { blocked: true }) {
+            match store.advance_ledger_settled(end, None).await {
+                Ok(_) => out.mark = Some(end),
+                Err(e) => {
+                    out.problems.push(format!(
+                        "cannot record the ledger settled through {}: {e}",
+                        servicing_ops::iso(end)
+                    ));
+                    out.settled = false;
+                }
+            }
+        }
+        (start, took) = (end, began.elapsed());
+    }
+    out.read_through = start;
+    out
+}
+
+/// The hourly catch-up (the schedule's `{"catchUp": true}`). When a daily run ran out of time
+/// catching the ledger up, every day it read settled (`catchingUp` on the mark), this reads on
+/// from the mark, day by day while it has time, up to the window the next daily run reads
+/// itself, and moves the mark through each day that settles. The first day that does not, a
+/// mark beyond the reach, or reaching the window end the catch-up: the first two are for a
+/// person, and the daily run reports them. Otherwise it is one read of the mark. It emits no
+/// metric (what it finds is the daily run's to report); a failed read of the mark fails the
+/// invocation (the function's errors alarm).
+pub async fn catch_up_until(
+    config: &Config,
+    store: &ServicingStore,
+    now: i64,
+    deadline: Option<Instant>,
+) -> anyhow::Result<Value> {
+    let mark = store.ledger_mark().await?;
+    let window_start = now - config.window_hours as i64 * 3600;
+    let reach = now - servicing_ops::ledger::REACH_DAYS * 86_400;
+    let from = match mark.settled_through {
+        Some(through) if mark.catching_up && (reach..window_start).contains(&through) => through,
+        _ => {
+            if mark.catching_up {
+                store.set_ledger_catching_up(false).await?;
+            }
+            return Ok(json!({
+                "catchingUp": false,
+                "ledgerSettledThrough": mark.settled_through,
+            }));
+        }
+    };
+    let read = catch_up(
+        store,
+        &config.table,
+        (from, window_start),
+        Some(from),
+        now,
+        deadline,
+        Reading::Advance,
+    )
+    .await;
+    let catching_up = read.settled && read.read_through < window_start;
+    if !catching_up {
+        store.set_ledger_catching_up(false).await?;
+    }
+    tracing::info!(
+        read_from = from,
+        read_through = read.read_through,
+        settled_through = read.mark,
+        catching_up,
+        "the ledger's catch-up"
+    );
+    for problem in read.problems.iter().chain(&read.ledger_problems) {
+        tracing::warn!(
+            problem,
+            "the ledger's catch-up stopped; the daily run reports it"
+        );
+    }
+    Ok(json!({
+        "catchingUp": catching_up,
+        "ledgerReadFrom": from,
+        "ledgerReadThrough": read.read_through,
+        "ledgerSettledThrough": read.mark,
+        "ledgerProblems": read.ledger_problems,
+        "ledgerDeferred": read.ledger_deferred,
+        "problems": read.problems,
+    }))
+}
+
 /// [`run_at`], catching the ledger up only while there is time before `deadline` (the
 /// invocation's, less what the rest of the run needs: [`work_deadline`]).
 pub async fn run_until(
@@ -189,8 +356,8 @@ pub async fn run_until(
     // stays bounded by a week's volume, whatever the table's history.
     let reach = now - servicing_ops::ledger::REACH_DAYS * 86_400;
     let mut ledger_blocked = false;
-    let settled_through = store.ledger_settled_through().await;
-    let from = match &settled_through {
+    let settled_through = store.ledger_mark().await;
+    let from = match settled_through.as_ref().map(|m| m.settled_through) {
         // The stack's first run: the mark starts at its window (nothing before is known).
         Ok(None) => {
             if let Err(e) = store.advance_ledger_settled(window.0, None).await {
@@ -199,7 +366,7 @@ pub async fn run_until(
             }
             window.0
         }
-        Ok(Some(through)) if *through >= reach => (*through).min(window.0),
+        Ok(Some(through)) if through >= reach => through.min(window.0),
         Ok(Some(through)) => {
             ledger_blocked = true;
             let vouch_from = chrono::DateTime::from_timestamp(reach, 0)
@@ -207,7 +374,7 @@ pub async fn run_until(
                 .unwrap_or_default();
             problems.push(format!(
                 "the ledger has not settled since {}, beyond the {} days a run reads again: reconcile those days by hand (ledgerctl reconcile --money --hours N), then vouch for them (ledgerctl ledger close --through <day> --vouch, a day from {vouch_from} on); no period is closed until then",
-                servicing_ops::iso(*through),
+                servicing_ops::iso(through),
                 servicing_ops::ledger::REACH_DAYS
             ));
             reach.min(window.0)
@@ -239,73 +406,46 @@ pub async fn run_until(
     .await?;
     problems.extend(money.unreadable.iter().cloned());
     let ledger = ledger_of(store, &config.table, &money, now).await;
-    // Catching up: the days from the mark to the window, oldest first, one at a time while the
-    // run has time — at least one a run, so a reach longer than one run's time still moves on
-    // (the mark follows every day that settles, in order).
-    let mut ledger_problems = ledger.problems.clone();
-    let mut ledger_deferred = ledger.deferred.clone();
-    // Where the mark is: moved after each day that settles, so a run stopped later (killed,
-    // a failed read) keeps what it settled.
-    let mut mark = match &settled_through {
-        Ok(Some(through)) => Some(*through),
-        Ok(None) => Some(window.0),
+    let mark = match &settled_through {
+        Ok(m) => Some(m.settled_through.unwrap_or(window.0)),
         Err(_) => None,
     };
-    let mut all_settled = true;
-    let (mut start, mut took) = (from, Duration::ZERO);
-    while start < window.0 {
-        if start > from && deadline.is_some_and(|d| Instant::now() + took >= d) {
-            break;
-        }
-        let began = Instant::now();
-        let end = (start + 86_400).min(window.0);
-        let day = match servicing_ops::money::reconcile_money(
-            store.client(),
-            &config.table,
-            &[],
-            (start, end),
-            now,
-            grace,
-        )
-        .await
-        {
-            Ok(day) => day,
-            Err(e) => {
-                problems.push(format!(
-                    "cannot read the money from {} to {}: {e:#}",
-                    servicing_ops::iso(start),
-                    servicing_ops::iso(end)
-                ));
-                all_settled = false;
-                break;
-            }
-        };
-        let day_ledger = ledger_of(store, &config.table, &day, now).await;
-        problems.extend(day.unreadable);
-        ledger_problems.extend(day_ledger.problems.iter().cloned());
-        ledger_deferred.extend(day_ledger.deferred.iter().cloned());
-        all_settled &= day_ledger.settled();
-        if all_settled && !ledger_blocked {
-            match store.advance_ledger_settled(end, None).await {
-                Ok(_) => mark = Some(end),
-                Err(e) => {
-                    problems.push(format!(
-                        "cannot record the ledger settled through {}: {e}",
-                        servicing_ops::iso(end)
-                    ));
-                    all_settled = false;
-                }
-            }
-        }
-        (start, took) = (end, began.elapsed());
-    }
+    let catch_up = catch_up(
+        store,
+        &config.table,
+        (from, window.0),
+        mark,
+        now,
+        deadline,
+        Reading::Report {
+            blocked: ledger_blocked,
+        },
+    )
+    .await;
+    problems.extend(catch_up.problems.iter().cloned());
+    let mut ledger_problems = ledger.problems.clone();
+    ledger_problems.extend(catch_up.ledger_problems.iter().cloned());
+    let mut ledger_deferred = ledger.deferred.clone();
+    ledger_deferred.extend(catch_up.ledger_deferred.iter().cloned());
+    let (all_settled, start, mut mark) = (catch_up.settled, catch_up.read_through, catch_up.mark);
     let caught_up = start >= window.0;
     if !caught_up && !ledger_blocked {
         problems.push(format!(
-            "the ledger is being caught up: read from {} through {} in this run's time, settled through {}; the next run reads from there (invoke the reconciler again to go on now)",
+            "the ledger is being caught up: read from {} through {} in this run's time, settled through {}; the hourly catch-up goes on from there (or invoke the reconciler again)",
             servicing_ops::iso(from),
             servicing_ops::iso(start),
             mark.map_or_else(|| "nothing yet".to_owned(), servicing_ops::iso)
+        ));
+    }
+    // Out of time with every day read settled: the hourly catch-up goes on. Anything else (a
+    // day that does not settle, a blocked mark) is for a person, and this run reports it.
+    let catching_up = !caught_up && all_settled && !ledger_blocked;
+    if let Ok(m) = &settled_through
+        && m.catching_up != catching_up
+        && let Err(e) = store.set_ledger_catching_up(catching_up).await
+    {
+        problems.push(format!(
+            "cannot record whether the ledger's catch-up goes on: {e}"
         ));
     }
     // An account's difference is met in every day it was touched, an unreadable open item in
@@ -408,6 +548,8 @@ pub async fn run_until(
         // end of the last day it read.
         "ledgerReadThrough": if caught_up { window.1 } else { start },
         "ledgerSettled": settled,
+        // Out of time catching up, every day read settled: the hourly catch-up goes on.
+        "ledgerCatchingUp": catching_up,
         // Where the mark is after this run: the next reads from there.
         "ledgerSettledThrough": mark,
         "ledgerClosedThrough": ledger_closed,

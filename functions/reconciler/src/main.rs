@@ -1,12 +1,13 @@
-//! reconciler Lambda (EventBridge schedule): wiring only. The run — expire the parked facts
-//! that will not apply, send back the ones left ready, reconcile the last window of account-state,
-//! its money and its ledger, emit the metrics that alarm — is `reconciler`.
+//! reconciler Lambda (EventBridge schedules): wiring only. The daily run — expire the parked
+//! facts that will not apply, send back the ones left ready, reconcile the last window of
+//! account-state, its money and its ledger, emit the metrics that alarm — and the hourly
+//! catch-up of a ledger a run had no time to read through are `reconciler`.
 
 // The run's reads nest the SDK futures deeply; the default limit is too low for their layout.
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use reconciler::{Config, FromSettings, run_until, work_deadline};
+use reconciler::{Config, FromSettings, catch_up_until, run_until, work_deadline};
 use serde_json::Value;
 use servicing_store::ServicingStore;
 
@@ -28,9 +29,14 @@ async fn main() -> Result<(), Error> {
             .max(0);
         let deadline = work_deadline(std::time::Duration::from_millis(remaining as u64));
         let now = servicing_ops::epoch_seconds();
-        run_until(config, store, sqs, now, Some(deadline))
-            .await
-            .map_err(Error::from)
+        // The hourly schedule asks for the catch-up alone; the daily one (any other input, an
+        // operator's `{}` too) for the whole run.
+        if event.payload["catchUp"] == true {
+            catch_up_until(config, store, now, Some(deadline)).await
+        } else {
+            run_until(config, store, sqs, now, Some(deadline)).await
+        }
+        .map_err(Error::from)
     }))
     .await
 }

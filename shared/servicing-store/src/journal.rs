@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
 };
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
@@ -431,18 +432,60 @@ fn settled_key() -> (String, String) {
     ("LEDGER_RECONCILIATION".to_owned(), "SETTLED".to_owned())
 }
 const SETTLED_THROUGH: &str = "settledThrough";
+const CATCHING_UP: &str = "catchingUp";
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SettledRecord {
     settled_through: Option<i64>,
+    #[serde(default)]
+    catching_up: bool,
+}
+
+/// The ledger's mark as a run reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LedgerMark {
+    /// Up to when (epoch s) a run last saw the ledger settled; `None`: no run yet.
+    pub settled_through: Option<i64>,
+    /// A run ran out of time catching the ledger up, every day it read settled: the hourly
+    /// catch-up goes on from the mark until it reaches the window.
+    pub catching_up: bool,
 }
 
 impl ServicingStore {
     /// Up to when (epoch s) the daily reconciliation last saw the ledger settled, if ever.
     pub async fn ledger_settled_through(&self) -> Result<Option<i64>, StoreError> {
+        Ok(self.ledger_mark().await?.settled_through)
+    }
+
+    /// The mark and whether a catch-up is under way (one consistent `GetItem`).
+    pub async fn ledger_mark(&self) -> Result<LedgerMark, StoreError> {
         let mark: Option<SettledRecord> = self.get_record(settled_key()).await?;
-        Ok(mark.and_then(|m| m.settled_through))
+        Ok(mark.map_or_else(LedgerMark::default, |m| LedgerMark {
+            settled_through: m.settled_through,
+            catching_up: m.catching_up,
+        }))
+    }
+
+    /// Says whether the ledger's catch-up goes on (`catchingUp`, present only while it does);
+    /// on the mark's item only, once a run has started it. `false`: there is no mark yet.
+    pub async fn set_ledger_catching_up(&self, catching_up: bool) -> Result<bool, StoreError> {
+        let request = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(settled_key())))
+            .condition_expression("attribute_exists(#through)")
+            .expression_attribute_names("#through", SETTLED_THROUGH)
+            .expression_attribute_names("#up", CATCHING_UP);
+        let request = if catching_up {
+            request
+                .update_expression("SET #up = :up")
+                .expression_attribute_values(":up", AttributeValue::Bool(true))
+        } else {
+            request.update_expression("REMOVE #up")
+        };
+        crate::errors::conditional_update(request.send().await)
     }
 
     /// Moves `settledThrough` forward to `through` (never back: a slower concurrent run keeps
