@@ -30,7 +30,8 @@ bucket that forgets them. E9141: the bus and its archive are encrypted under the
 key, which EventBridge may use only under their encryption context, and the bus keeps what it
 cannot decrypt in a dead-letter queue that admits it, under another key. E9142: every secret of
 the template is read only by the roles granted it and changed or deleted only by break-glass
-(its resource policy). E9139 (issue #32): every API Gateway route is authorized, and an extra
+(its resource policy). E9143: a read the declaration confines to some attributes is granted
+only with exactly those (dynamodb:Attributes and dynamodb:Select). E9139 (issue #32): every API Gateway route is authorized, and an extra
 endpoint of a function (the optional JWT one) serves exactly its HttpApi events' routes.
 
 E9124-E9130 (issue #24, "failures that page nobody"): the API's 5xx answers and latency, queues
@@ -1733,6 +1734,61 @@ class TableGrantsAreTheDeclaredAccess(ServicingRule):
                 out.append(self.problem(path, f"{name}: {action} on {key} is granted beyond its declared access (an over-grant)"))
             for action, key in sorted(declared - granted):
                 out.append(self.problem(path, f"{name}: declared {action} on {key} is not granted (the function would be denied)"))
+        return out
+
+
+READ_ACTIONS = {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"}
+
+
+class ConfinedReadsNameTheirAttributes(ServicingRule):
+    id = "E9143"
+    shortdesc = "A read confined to some attributes is granted with exactly those"
+    description = (
+        "Issue #31: the payments API may read account-state's payment records to list their "
+        "allocations, and its role granted BatchGetItem on every attribute of them (the fact's "
+        "whole body, its evidence) though the code projects two. infra/policy/table-access.json "
+        "`projections` names, per function and (action, key prefix), the attributes it may read "
+        "there; every statement granting the pair carries exactly them in ForAllValues:"
+        "StringEquals dynamodb:Attributes with StringEqualsIfExists dynamodb:Select "
+        "SPECIFIC_ATTRIBUTES, and a statement that confines a pair the declaration does not "
+        "would deny the function. tests/it/privileges.rs holds the requests to the same lists."
+    )
+
+    def match(self, cfn):
+        out = []
+        declared_all = json.loads(TABLE_ACCESS.read_text()).get("projections") or {}
+        for name, fn in functions(cfn):
+            declared = {tuple(grant.split(" ", 1)): set(attrs)
+                        for grant, attrs in (declared_all.get(name) or {}).items()}
+            path = ["Resources", name, "Properties"]
+            granted = set()
+            for st in statements(cfn, fn):
+                if st.get("Effect") != "Allow":
+                    continue
+                if not any(t == ("table", None) for t in (table_target(cfn, r) for r in as_list(st.get("Resource")))):
+                    continue
+                conditions = st.get("Condition") or {}
+                attrs = (conditions.get("ForAllValues:StringEquals") or {}).get("dynamodb:Attributes")
+                select = (conditions.get("StringEqualsIfExists") or {}).get("dynamodb:Select")
+                leading = (conditions.get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys")
+                sid = st.get("Sid", "?")
+                # Reads only: a write's dynamodb:Attributes (the attributes it sets) is another check.
+                for action in (a for a in actions(st) if a in READ_ACTIONS):
+                    for key in as_list(leading) if leading else ["*"]:
+                        pair = (action, key)
+                        if pair in declared:
+                            granted.add(pair)
+                            if attrs is None or set(as_list(attrs)) != declared[pair] or select != "SPECIFIC_ATTRIBUTES":
+                                out.append(self.problem(path, (
+                                    f"{name}/{sid}: {action} on {key} must carry ForAllValues:StringEquals "
+                                    f"dynamodb:Attributes {sorted(declared[pair])} and StringEqualsIfExists "
+                                    f"dynamodb:Select SPECIFIC_ATTRIBUTES, not {attrs!r} / {select!r}")))
+                        elif attrs is not None:
+                            out.append(self.problem(path, (
+                                f"{name}/{sid}: confines {action} on {key} to {sorted(as_list(attrs))}, "
+                                "which table-access.json `projections` does not declare (the function would be denied)")))
+            for action, key in sorted(set(declared) - granted):
+                out.append(self.problem(path, f"{name}: a projection is declared for {action} on {key}, which no statement grants"))
         return out
 
 

@@ -51,8 +51,49 @@ fn like(pattern: &str, text: &str) -> bool {
     }
 }
 
-/// Every observed request declared; every declaration used.
-fn assert_declared(function: &str, engine: Engine, observed: &Access) {
+/// The declared projections of a function: per `"<action> <key pattern>"`, the only
+/// attributes its role may read there (`dynamodb:Attributes`, E9143).
+fn projections(function: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let text = include_str!("../../infra/policy/table-access.json");
+    let all: Value = serde_json::from_str(text).expect("table-access.json");
+    serde_json::from_value(all["projections"][function].clone()).unwrap_or_default()
+}
+
+/// Every observed request declared; every declaration used; every read where the role may
+/// read only some attributes asks for those alone (IAM would deny any other, the local
+/// engines do not).
+fn assert_declared(function: &str, engine: Engine, plan: &FaultPlan) {
+    assert_accessed(function, engine, &plan.access());
+    let declared = declared(function);
+    for (grant, allowed) in projections(function) {
+        let (action, pattern) = grant.split_once(' ').expect("\"<action> <key pattern>\"");
+        assert!(
+            declared
+                .get(action)
+                .is_some_and(|patterns| patterns.iter().any(|p| p == pattern)),
+            "{function}: a projection for {grant}, which it is not declared to read"
+        );
+        let reads: Vec<_> = plan
+            .reads()
+            .into_iter()
+            .filter(|(a, key, _)| a == action && like(pattern, key))
+            .collect();
+        assert!(
+            !reads.is_empty(),
+            "{engine:?} {function}: no read of {grant}"
+        );
+        for (_, key, asked) in reads {
+            assert!(
+                asked
+                    .as_ref()
+                    .is_some_and(|asked| asked.is_subset(&allowed)),
+                "{engine:?} {function}: {action} of {key} asks for {asked:?}; its role may read only {allowed:?} there"
+            );
+        }
+    }
+}
+
+fn assert_accessed(function: &str, engine: Engine, observed: &Access) {
     let declared = declared(function);
     let undeclared: Vec<&(String, String)> = observed
         .iter()
@@ -146,7 +187,7 @@ async fn when_account_state_runs_should_touch_only_what_its_role_declares(engine
         .await
         .results;
     assert_eq!(results[0].1, MessageResult::Applied, "{results:?}");
-    assert_declared("AccountStateFunction", engine, &plan.access());
+    assert_declared("AccountStateFunction", engine, &plan);
 }
 
 /// A POST, its replay, its status and the loan routes.
@@ -202,7 +243,7 @@ async fn when_the_payments_api_runs_should_touch_only_what_its_role_declares(eng
             integration_tests::api_gateway::event("GET", path, route, Some(ALICE), None, None);
         assert_eq!(api.handle(request).await.status(), 200, "{path}");
     }
-    assert_declared("PaymentsApiFunction", engine, &plan.access());
+    assert_declared("PaymentsApiFunction", engine, &plan);
 }
 
 /// A daily run that expires a parked fact (its body kept apart), confirms an applied API
@@ -283,7 +324,7 @@ async fn when_the_reconciler_runs_should_touch_only_what_its_role_declares(engin
             .iter()
             .any(|q| q.source_event_id.as_deref() == Some("rev-orphan"))
     );
-    assert_declared("ReconcilerFunction", engine, &plan.access());
+    assert_declared("ReconcilerFunction", engine, &plan);
 }
 
 /// A delinquency change that notifies, and a bad envelope.
@@ -305,7 +346,7 @@ async fn when_collections_runs_should_touch_only_what_its_role_declares(engine: 
     }
     assert_eq!(receiver.keys().len(), 1, "one notice");
     handler.process(&[sqs_message("bad", "{not json", 1)]).await;
-    assert_declared("CollectionsFunction", engine, &plan.access());
+    assert_declared("CollectionsFunction", engine, &plan);
 }
 
 /// Postings (the balances and the closed periods read, the entry and balances put with the
@@ -385,5 +426,5 @@ async fn when_ledger_postings_runs_should_touch_only_what_its_role_declares(engi
             result.results
         );
     }
-    assert_declared("LedgerPostingsFunction", engine, &plan.access());
+    assert_declared("LedgerPostingsFunction", engine, &plan);
 }

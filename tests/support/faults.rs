@@ -87,7 +87,13 @@ struct PlanState {
     started: Vec<std::time::SystemTime>,
     /// Every `(IAM action, partition key)` the requests asked for (see [`access_of`]).
     access: std::collections::BTreeSet<(String, String)>,
+    /// Every read's `(IAM action, partition key, attributes)` (see [`reads_of`]).
+    reads: std::collections::BTreeSet<Read>,
 }
+
+/// A read as IAM's `dynamodb:Attributes` sees it: the action, the partition key, and the
+/// top-level attributes its projection names (`None`: no projection, so every attribute).
+pub type Read = (String, String, Option<std::collections::BTreeSet<String>>);
 
 impl FaultPlan {
     pub fn push(&self, fault: Fault) {
@@ -135,6 +141,11 @@ impl FaultPlan {
         self.state().access.clone()
     }
 
+    /// Every read so far with the attributes it asked for.
+    pub fn reads(&self) -> std::collections::BTreeSet<Read> {
+        self.state().reads.clone()
+    }
+
     /// Requests seen so far (faulted ones included).
     pub fn requests(&self) -> u64 {
         self.state().requests
@@ -163,8 +174,10 @@ impl FaultPlan {
         let commit = operation == "TransactWriteItems";
         let accounts = loan_accounts(request.body().bytes().unwrap_or_default());
         let access = access_of(&operation, request.body().bytes().unwrap_or_default());
+        let reads = reads_of(&operation, request.body().bytes().unwrap_or_default());
         let mut state = self.state();
         state.access.extend(access);
+        state.reads.extend(reads);
         let number = state.requests;
         state.requests += 1;
         state.started.push(std::time::SystemTime::now());
@@ -315,6 +328,55 @@ fn access_of(operation: &str, body: &[u8]) -> Vec<(String, String)> {
             })
             .collect(),
         other => vec![(action(other), String::new())],
+    }
+}
+
+/// The reads a request makes (`GetItem`, `BatchGetItem`, `Query`, `Scan`), each with the
+/// top-level attributes of its projection, `#names` resolved.
+fn reads_of(operation: &str, body: &[u8]) -> Vec<Read> {
+    let Ok(json) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    let attributes = |request: &Value| {
+        let projection = request["ProjectionExpression"].as_str()?;
+        Some(
+            projection
+                .split(',')
+                .map(|path| {
+                    let top = path.trim().split(['.', '[']).next().unwrap_or_default();
+                    request["ExpressionAttributeNames"][top]
+                        .as_str()
+                        .unwrap_or(top)
+                        .to_owned()
+                })
+                .collect(),
+        )
+    };
+    let batch_attributes = |key_pk: &str| {
+        json["RequestItems"]
+            .as_object()
+            .into_iter()
+            .flat_map(|tables| tables.values())
+            .find(|t| {
+                t["Keys"]
+                    .as_array()
+                    .is_some_and(|keys| keys.iter().any(|k| k["pk"]["S"] == key_pk))
+            })
+            .and_then(attributes)
+    };
+    match operation {
+        "GetItem" | "Query" | "Scan" => access_of(operation, body)
+            .into_iter()
+            .map(|(action, key)| (action, key, attributes(&json)))
+            .collect(),
+        "BatchGetItem" => access_of(operation, body)
+            .into_iter()
+            .map(|(action, key)| {
+                let projected = batch_attributes(&key);
+                (action, key, projected)
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -179,7 +179,9 @@ impl ServicingStore {
                 crate::APPLIER,
                 fact,
             ))))
-            .projection_expression("expiresAt")
+            // The key too, so a held record without an expiry is never an empty answer; the
+            // role may read nothing else of it (`dynamodb:Attributes`).
+            .projection_expression("pk, expiresAt")
             .consistent_read(true)
             .send()
             .await
