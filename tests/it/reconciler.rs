@@ -275,9 +275,10 @@ async fn when_the_ledger_is_days_behind_and_a_run_has_little_time_should_catch_u
 
 /// From review (issue 33): a daily run with time for one day moved the mark a day, and a day
 /// later the window had moved a day too: a gap longer than a day was never closed. A run out
-/// of time now leaves `catchingUp` on the mark, and the hourly catch-up reads on from it, a
-/// day at a time, up to the window; it stops at the first day that does not settle (the
-/// daily run reports it) and otherwise costs one read.
+/// of time now leaves `catchingUp` on the mark, and the hourly catch-up reads on from it, day
+/// by day, up to the window, without the open index (what is open is not of any one day). It
+/// stops at the first day that does not settle (the daily run reports it), ends at the window
+/// or beyond the reach, and otherwise costs one read.
 async fn when_a_daily_run_had_no_time_to_catch_up_should_go_on_hourly_and_stop_where_a_day_does_not_settle(
     engine: Engine,
 ) {
@@ -307,68 +308,79 @@ async fn when_a_daily_run_had_no_time_to_catch_up_should_go_on_hourly_and_stop_w
     };
     let store = servicing.store("account-state");
     servicing.keep_record_log().await;
+    let no_time = || Some(std::time::Instant::now());
+    // The hourly catch-up through a client that records what it asks for.
+    let hourly = |at: i64, deadline: Option<std::time::Instant>| {
+        let (servicing, config) = (&servicing, &config);
+        async move {
+            let plan = FaultPlan::default();
+            let store = servicing.faulty_store("account-state", &plan);
+            let run = ::reconciler::catch_up_until(config, &store, at, deadline)
+                .await
+                .expect("catch-up");
+            let open_reads: Vec<_> = plan
+                .access()
+                .into_iter()
+                .filter(|(_, key)| key.contains("OpenIndex") || key.contains("OPEN#"))
+                .collect();
+            assert!(open_reads.is_empty(), "{open_reads:?}: {run:#}");
+            (run, plan.requests())
+        }
+    };
     let facts_at = servicing_ops::epoch_seconds();
-    // The stack's first run three and a half days before the facts (nothing to read), then
-    // none until four hours after them: four days behind, the facts in the middle of the last.
-    let started = facts_at - 4 * 86_400 + 12 * 3600;
+    // The stack's first run two and a half days before the facts (nothing to read), then
+    // none until two days after them: the facts in the middle of the third day of five.
+    let started = facts_at - 2 * 86_400 - 12 * 3600;
     let first = ::reconciler::run_at(&config, &store, &sqs, started)
         .await
         .expect("first run");
     assert_eq!(first["ledgerSettled"], true, "{first:#}");
-    let later = facts_at + 4 * 3600;
-    let no_time = || Some(std::time::Instant::now());
+    let later = facts_at + 2 * 86_400 + 4 * 3600;
     let daily = ::reconciler::run_until(&config, &store, &sqs, later, no_time())
         .await
         .expect("daily run");
-    let mut mark = started - 15 * 60 + 86_400;
+    let day = |n: i64| started - 15 * 60 + n * 86_400;
     assert_eq!(
         (&daily["ledgerSettledThrough"], &daily["ledgerCatchingUp"]),
-        (&mark.into(), &true.into()),
+        (&day(1).into(), &true.into()),
         "a day read and settled, out of time: {daily:#}"
     );
-    // Hourly, with no time either: a day each, the mark following, while they settle.
-    let mut hour = 0;
-    let stopped = loop {
-        hour += 1;
-        let run = ::reconciler::catch_up_until(&config, &store, later + hour * 3600, no_time())
-            .await
-            .expect("catch-up");
-        assert_eq!(run["ledgerReadFrom"], mark, "hour {hour}: {run:#}");
-        if run["catchingUp"] == false {
-            break run;
-        }
-        mark += 86_400;
-        assert_eq!(run["ledgerSettledThrough"], mark, "hour {hour}: {run:#}");
-        assert!(hour < 10, "the catch-up does not move: {run:#}");
-    };
-    // The facts' day does not settle: the mark stays at its start, the catch-up ends there.
+    // An hour later, with no time either: the next day, the mark following.
+    let (one, _) = hourly(later + 3600, no_time()).await;
     assert_eq!(
-        hour, 3,
-        "two days settled, then the facts' day: {stopped:#}"
+        (
+            &one["ledgerReadFrom"],
+            &one["ledgerSettledThrough"],
+            &one["catchingUp"]
+        ),
+        (&day(1).into(), &day(2).into(), &true.into()),
+        "{one:#}"
     );
-    assert!(mark <= facts_at && facts_at < mark + 86_400, "{stopped:#}");
-    assert_eq!(stopped["ledgerSettledThrough"], mark, "{stopped:#}");
+    // With all the time it wants: it stops after the facts' day, which does not settle,
+    // though the days after it would; the mark stays at its start, the catch-up is over.
+    let (stopped, _) = hourly(later + 2 * 3600, None).await;
+    assert!(day(2) <= facts_at && facts_at < day(3), "{stopped:#}");
+    assert_eq!(
+        (
+            &stopped["ledgerReadThrough"],
+            &stopped["ledgerSettledThrough"],
+            &stopped["catchingUp"]
+        ),
+        (&day(3).into(), &day(2).into(), &false.into()),
+        "{stopped:#}"
+    );
     assert!(
         stopped["ledgerProblems"].to_string().contains(a),
         "{stopped:#}"
     );
-    // Ended: the next hour's is one read of the mark, and reads no day.
-    servicing.requests.reset();
-    let idle = ::reconciler::catch_up_until(&config, &store, later + 5 * 3600, no_time())
-        .await
-        .expect("idle catch-up");
+    // Over: the next hour's is one read of the mark.
+    let (idle, requests) = hourly(later + 3 * 3600, no_time()).await;
     assert_eq!(
-        (&idle["catchingUp"], &idle["ledgerReadFrom"]),
-        (&false.into(), &Value::Null),
+        (&idle["catchingUp"], &idle["ledgerReadFrom"], requests),
+        (&false.into(), &Value::Null, 1),
         "{idle:#}"
     );
-    assert_eq!(
-        servicing.requests.total(),
-        1,
-        "{:?}",
-        servicing.requests.snapshot()
-    );
-    // The daily run reads from the mark and reports the day; once posted, it settles.
+    // The daily run reads from the mark and reports the day, and says nothing goes on.
     let reported = ::reconciler::run_at(&config, &store, &sqs, later + 6 * 3600)
         .await
         .expect("daily run");
@@ -378,21 +390,63 @@ async fn when_a_daily_run_had_no_time_to_catch_up_should_go_on_hourly_and_stop_w
             &reported["ledgerReadFrom"],
             &reported["ledgerCatchingUp"]
         ),
-        (&false.into(), &mark.into(), &false.into()),
+        (&false.into(), &day(2).into(), &false.into()),
         "{reported:#}"
     );
     assert!(
         reported["ledgerProblems"].to_string().contains(a),
         "{reported:#}"
     );
+    // Posted at last: settled. Three days later, a run out of time again; the hourly one
+    // with time reads through to its window, and the catch-up is over.
     crate::ledger::post_all(&ledger, &payments, &mut rng, "p").await;
-    let settled = ::reconciler::run_at(&config, &store, &sqs, later + 7 * 3600)
+    let settled_at = later + 7 * 3600;
+    let settled = ::reconciler::run_at(&config, &store, &sqs, settled_at)
         .await
         .expect("daily run");
     assert_eq!(
         (&settled["holds"], &settled["ledgerSettled"]),
         (&true.into(), &true.into()),
         "{settled:#}"
+    );
+    let behind = settled_at + 3 * 86_400;
+    let out_of_time = ::reconciler::run_until(&config, &store, &sqs, behind, no_time())
+        .await
+        .expect("daily run");
+    assert_eq!(out_of_time["ledgerCatchingUp"], true, "{out_of_time:#}");
+    let hour_later = behind + 3600;
+    let (through, _) = hourly(hour_later, None).await;
+    assert_eq!(
+        (&through["ledgerReadThrough"], &through["catchingUp"]),
+        (&(hour_later - 3 * 3600).into(), &false.into()),
+        "{through:#}"
+    );
+    let next_daily = ::reconciler::run_at(&config, &store, &sqs, behind + 2 * 3600)
+        .await
+        .expect("daily run");
+    assert_eq!(
+        (
+            &next_daily["ledgerSettled"],
+            &next_daily["ledgerReadFrom"],
+            &next_daily["ledgerCatchingUp"]
+        ),
+        (&true.into(), &(hour_later - 3 * 3600).into(), &false.into()),
+        "{next_daily:#}"
+    );
+    // Left on beyond the reach (a person must vouch): taken off, nothing read.
+    assert!(store.set_ledger_catching_up(true).await.expect("flag"));
+    let beyond = behind + 30 * 86_400;
+    let (blocked, requests) = hourly(beyond, None).await;
+    assert_eq!(
+        (&blocked["catchingUp"], &blocked["ledgerReadFrom"], requests),
+        (&false.into(), &Value::Null, 2),
+        "{blocked:#}"
+    );
+    let (after, requests) = hourly(beyond + 3600, None).await;
+    assert_eq!(
+        (&after["catchingUp"], requests),
+        (&false.into(), 1),
+        "{after:#}"
     );
 }
 

@@ -162,6 +162,8 @@ struct CatchUp {
     mark: Option<i64>,
     /// Every day read settled.
     settled: bool,
+    /// A read or a write failed (no difference found): the catch-up goes on next time.
+    failed: bool,
     problems: Vec<String>,
     ledger_problems: Vec<String>,
     ledger_deferred: Vec<String>,
@@ -195,10 +197,9 @@ async fn catch_up(
         }
         let began = Instant::now();
         let end = (start + 86_400).min(until);
-        let day = match servicing_ops::money::reconcile_money(
+        let day = match servicing_ops::money::reconcile_dated_money(
             store.client(),
             table,
-            &[],
             (start, end),
             now,
             grace,
@@ -212,11 +213,31 @@ async fn catch_up(
                     servicing_ops::iso(start),
                     servicing_ops::iso(end)
                 ));
-                out.settled = false;
+                (out.settled, out.failed) = (false, true);
                 break;
             }
         };
-        let day_ledger = ledger_of(store, table, &day, now).await;
+        let grace_secs = grace.accepted_secs;
+        let day_ledger = match servicing_ops::ledger::reconcile_ledger(
+            store.client(),
+            table,
+            &day,
+            now,
+            grace_secs,
+        )
+        .await
+        {
+            Ok(ledger) => ledger,
+            Err(e) => {
+                out.problems.push(format!(
+                    "the ledger from {} to {} could not be reconciled: {e:#}",
+                    servicing_ops::iso(start),
+                    servicing_ops::iso(end)
+                ));
+                (out.settled, out.failed) = (false, true);
+                break;
+            }
+        };
         out.problems.extend(day.unreadable);
         out.ledger_problems
             .extend(day_ledger.problems.iter().cloned());
@@ -231,7 +252,7 @@ async fn catch_up(
                         "cannot record the ledger settled through {}: {e}",
                         servicing_ops::iso(end)
                     ));
-                    out.settled = false;
+                    (out.settled, out.failed) = (false, true);
                 }
             }
         }
@@ -247,8 +268,8 @@ async fn catch_up(
 /// itself, and moves the mark through each day that settles. The first day that does not, a
 /// mark beyond the reach, or reaching the window end the catch-up: the first two are for a
 /// person, and the daily run reports them. Otherwise it is one read of the mark. It emits no
-/// metric (what it finds is the daily run's to report); a failed read of the mark fails the
-/// invocation (the function's errors alarm).
+/// metric (what it finds is the daily run's to report); a failed read or write fails the
+/// invocation (the function's errors alarm) and leaves the catch-up on, for the next hour.
 pub async fn catch_up_until(
     config: &Config,
     store: &ServicingStore,
@@ -280,6 +301,15 @@ pub async fn catch_up_until(
         Reading::Advance,
     )
     .await;
+    // A failure is not a difference: the flag stays, the next hour reads the day again, and
+    // the invocation fails (the reconciler's errors alarm).
+    if read.failed {
+        anyhow::bail!(
+            "the ledger's catch-up stopped at {}: {}",
+            servicing_ops::iso(read.read_through),
+            read.problems.join("; ")
+        );
+    }
     let catching_up = read.settled && read.read_through < window_start;
     if !catching_up {
         store.set_ledger_catching_up(false).await?;
@@ -410,6 +440,17 @@ pub async fn run_until(
         Ok(m) => Some(m.settled_through.unwrap_or(window.0)),
         Err(_) => None,
     };
+    // Behind: the catch-up is on before the days are read, so a run its timeout kills leaves
+    // it to the hourly one; it is taken off below if this run catches up or meets a problem.
+    let mut flagged = settled_through.as_ref().is_ok_and(|m| m.catching_up);
+    if settled_through.is_ok() && from < window.0 && !ledger_blocked && !flagged {
+        match store.set_ledger_catching_up(true).await {
+            Ok(_) => flagged = true,
+            Err(e) => problems.push(format!(
+                "cannot record that the ledger's catch-up goes on: {e}"
+            )),
+        }
+    }
     let catch_up = catch_up(
         store,
         &config.table,
@@ -429,23 +470,29 @@ pub async fn run_until(
     ledger_deferred.extend(catch_up.ledger_deferred.iter().cloned());
     let (all_settled, start, mut mark) = (catch_up.settled, catch_up.read_through, catch_up.mark);
     let caught_up = start >= window.0;
+    // Out of time with every day read settled (or only a read failing): the hourly catch-up
+    // goes on. A day that does not settle, a blocked mark, are for a person: this run reports
+    // them, and the catch-up is off.
+    let catching_up = !caught_up && (all_settled || catch_up.failed) && !ledger_blocked;
     if !caught_up && !ledger_blocked {
+        let next = if catching_up {
+            "the hourly catch-up goes on from there"
+        } else {
+            "a day that does not settle holds it there"
+        };
         problems.push(format!(
-            "the ledger is being caught up: read from {} through {} in this run's time, settled through {}; the hourly catch-up goes on from there (or invoke the reconciler again)",
+            "the ledger is being caught up: read from {} through {} in this run's time, settled through {}; {next}",
             servicing_ops::iso(from),
             servicing_ops::iso(start),
             mark.map_or_else(|| "nothing yet".to_owned(), servicing_ops::iso)
         ));
     }
-    // Out of time with every day read settled: the hourly catch-up goes on. Anything else (a
-    // day that does not settle, a blocked mark) is for a person, and this run reports it.
-    let catching_up = !caught_up && all_settled && !ledger_blocked;
-    if let Ok(m) = &settled_through
-        && m.catching_up != catching_up
-        && let Err(e) = store.set_ledger_catching_up(catching_up).await
+    if flagged
+        && !catching_up
+        && let Err(e) = store.set_ledger_catching_up(false).await
     {
         problems.push(format!(
-            "cannot record whether the ledger's catch-up goes on: {e}"
+            "cannot record that the ledger's catch-up is over: {e}"
         ));
     }
     // An account's difference is met in every day it was touched, an unreadable open item in

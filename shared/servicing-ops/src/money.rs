@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use chrono::NaiveDate;
 use servicing_domain::SourceRef;
 
-pub use reconcile::reconcile_money;
+pub use reconcile::{reconcile_dated_money, reconcile_money};
 
 /// Applied payments and reversals of one source, currency and business date.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

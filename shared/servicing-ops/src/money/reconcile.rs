@@ -33,6 +33,32 @@ pub async fn reconcile_money(
     now: i64,
     grace: Grace,
 ) -> anyhow::Result<MoneyReconciliation> {
+    reconcile(client, table, settlement, window, now, grace, true).await
+}
+
+/// [`reconcile_money`] of the dates only: the totals and suspected duplicates of the dates the
+/// facts claimed in `window` moved money on, for the ledger's catch-up of the days before a
+/// run's window. What is open now (accepted payments, actions, parked facts) is not of any
+/// one day: the run's own window reads it once.
+pub async fn reconcile_dated_money(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    window: (i64, i64),
+    now: i64,
+    grace: Grace,
+) -> anyhow::Result<MoneyReconciliation> {
+    reconcile(client, table, &[], window, now, grace, false).await
+}
+
+async fn reconcile(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    settlement: &[Settlement],
+    window: (i64, i64),
+    now: i64,
+    grace: Grace,
+    open: bool,
+) -> anyhow::Result<MoneyReconciliation> {
     let grace_secs = grace.accepted_secs;
     let mut report = MoneyReconciliation::default();
     let window_records = crate::record_log::claimed_in(client, table, APPLIER, window).await?;
@@ -63,7 +89,17 @@ pub async fn reconcile_money(
     // open index, and their facts' records (confirmed payments are history this never reads).
     let store = ServicingStore::new(client.clone(), StoreConfig::new(table, APPLIER));
     let mut accepted: Vec<(IdempotencyRecord, SourceRef, serde_json::Value)> = Vec::new();
-    for item in crate::open_items(&store, OpenKind::Accepted).await? {
+    let open_items = |kind| {
+        let store = &store;
+        async move {
+            if open {
+                crate::open_items(store, kind).await
+            } else {
+                Ok(Vec::new())
+            }
+        }
+    };
+    for item in open_items(OpenKind::Accepted).await? {
         let record: IdempotencyRecord = match schema::from_item(item) {
             Ok(r) => r,
             Err(e) => {
@@ -245,7 +281,7 @@ pub async fn reconcile_money(
 
     // Collections actions that should have settled by now: the unsettled ones, from the open
     // index (settled actions are history this never reads).
-    for item in crate::open_items(&store, OpenKind::Action).await? {
+    for item in open_items(OpenKind::Action).await? {
         let action: ActionItem = match schema::from_item(item) {
             Ok(a) => a,
             Err(e) => {
@@ -286,7 +322,12 @@ pub async fn reconcile_money(
         .sort_by(|a, b| (b.age_secs, &a.action_id).cmp(&(a.age_secs, &b.action_id)));
 
     // Parked facts whose awaited fact applied, never released.
-    for view in crate::parked::list(&store).await? {
+    let parked = if open {
+        crate::parked::list(&store).await?
+    } else {
+        Vec::new()
+    };
+    for view in parked {
         if view
             .fact
             .ready_longer_than(crate::parked::READY_GRACE_SECS, now)
