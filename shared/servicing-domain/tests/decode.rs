@@ -528,3 +528,17 @@ fn when_a_business_day_close_is_decoded_should_require_a_business_date() {
         );
     }
 }
+
+#[test]
+fn when_a_duplicate_key_is_long_should_quote_only_its_first_64_characters() {
+    let key = "k".repeat(10_000);
+    let body = format!(r#"{{"{key}":1,"{key}":2}}"#);
+    let Err(DecodeError::DuplicateKey(why)) = ServicingEvent::decode(body.as_bytes()) else {
+        panic!("a duplicate key is refused as such");
+    };
+    assert!(
+        why.contains(&format!("`{}` appears twice", "k".repeat(64))),
+        "{why}"
+    );
+    assert!(why.len() < 200, "{} bytes", why.len());
+}

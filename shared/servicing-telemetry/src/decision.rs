@@ -241,13 +241,46 @@ pub struct DecisionRecord {
     /// The quarantine code (quarantined, or a released fact quarantined).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
-    /// Why it was quarantined or retried, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why it was quarantined or retried, when known: written as [`bounded_reason`] keeps it.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_bounded_reason"
+    )]
     pub reason: Option<String>,
     /// When it was decided (RFC 3339, UTC, milliseconds): stamped by [`print_decision`] when
     /// unset. What an incident window selects on (`ledgerctl incident --from --to`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<String>,
+}
+
+/// The most characters of a [`DecisionRecord::reason`] a record keeps. A reason may quote what
+/// a caller sent (a duplicate key's name, a problem's detail), and the records are kept 7 years
+/// under lock: a bounded prefix says why, the payload stays in the quarantine it came from.
+pub const REASON_MAX: usize = 512;
+
+/// `reason` as a record keeps it: control characters (a terminal escape, a line break) as
+/// U+FFFD, and at most [`REASON_MAX`] characters, the last an ellipsis when it was cut.
+pub fn bounded_reason(reason: &str) -> String {
+    let printable = |c: char| if c.is_control() { '\u{fffd}' } else { c };
+    match reason.char_indices().nth(REASON_MAX) {
+        None => reason.chars().map(printable).collect(),
+        Some(_) => reason
+            .chars()
+            .take(REASON_MAX - 1)
+            .map(printable)
+            .chain(['…'])
+            .collect(),
+    }
+}
+
+fn serialize_bounded_reason<S: serde::Serializer>(
+    reason: &Option<String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match reason {
+        Some(reason) => serializer.serialize_str(&bounded_reason(reason)),
+        None => serializer.serialize_none(),
+    }
 }
 
 /// The SQS message attribute naming who sent a message that no producer sent: the operator

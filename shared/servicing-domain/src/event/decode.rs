@@ -321,7 +321,8 @@ fn parse_reversal_of(value: &Value) -> Result<SourceRef, DecodeError> {
     SourceRef::new(system, event_id).map_err(|v| field_error("reversalOf", v.0))
 }
 
-fn truncate(s: &str, max: usize) -> &str {
+/// At most `max` characters of `s` (of text a caller chose, quoted in an error).
+pub(super) fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((i, _)) => &s[..i],
         None => s,

@@ -58,8 +58,10 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeys {
         let mut seen = std::collections::HashSet::new();
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if !seen.insert(key.clone()) {
+                // The name is the caller's: quoted in part, as an unknown event type is.
                 return Err(serde::de::Error::custom(format!(
-                    "the key `{key}` appears twice in one object"
+                    "the key `{}` appears twice in one object",
+                    super::decode::truncate(&key, 64)
                 )));
             }
             map.next_value::<UniqueKeys>()?;

@@ -221,3 +221,30 @@ fn when_a_message_names_its_sender_should_keep_only_a_bounded_printable_value() 
     assert_eq!(sent_by(&"a".repeat(SENT_BY_MAX + 1)), None);
     assert!(sent_by(&"a".repeat(SENT_BY_MAX)).is_some());
 }
+
+#[test]
+fn when_a_reason_quotes_a_caller_at_length_should_keep_a_bounded_printable_prefix() {
+    // A body's duplicate key name, a problem detail: text the caller chose, kept for 7 years.
+    let long = format!("the key `{}\u{1b}[2J` appears twice", "k".repeat(100_000));
+    let record = DecisionRecord {
+        reason: Some(long),
+        ..DecisionRecord::new(
+            "account-state",
+            "m1",
+            Verdict::Quarantined,
+            DecidedBy::Decode,
+        )
+    };
+    let kept = record.to_json()["reason"].as_str().unwrap().to_owned();
+    assert_eq!(kept.chars().count(), REASON_MAX);
+    assert!(kept.starts_with("the key `kkk"), "{kept}");
+    assert!(kept.ends_with('…'), "{kept}");
+    let line = decision_line(&record, emf_level(None));
+    assert!(line.len() < REASON_MAX + 400, "{} bytes", line.len());
+
+    let escape = DecisionRecord {
+        reason: Some("a\u{1b}[2Jb\nc\u{7f}d".into()),
+        ..record
+    };
+    assert_eq!(escape.to_json()["reason"], "a�[2Jb�c�d");
+}
