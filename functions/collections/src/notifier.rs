@@ -43,6 +43,27 @@ pub enum Status {
     Unanswered(String),
 }
 
+/// The hosts plain http may reach: this machine (the local pipeline's receiver), as the
+/// template's `NotificationUrl` pattern allows. Anything else goes over TLS: a notice names a
+/// customer and its account, and a bearer token or a signature must not cross a network bare.
+const LOCAL_HOSTS: [&str; 4] = ["127.0.0.1", "localhost", "host.docker.internal", "[::1]"];
+
+/// `url` (the setting `name`) parsed: https, or http to one of [`LOCAL_HOSTS`].
+fn secure_url(name: &str, url: &str) -> Result<http::Uri, String> {
+    let parsed: http::Uri = url
+        .parse()
+        .map_err(|e| format!("{name} {url:?} is not a URL: {e}"))?;
+    match (parsed.scheme_str(), parsed.host()) {
+        (Some("https"), Some(_)) => Ok(parsed),
+        (Some("http"), Some(host)) if LOCAL_HOSTS.contains(&host) => Ok(parsed),
+        (Some("http"), _) => Err(format!(
+            "{name} {url} is plain http to another machine: only https, or http to {}",
+            LOCAL_HOSTS.join(", ")
+        )),
+        _ => Err(format!("{name} {url} must be an absolute https URL")),
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Notifier {
     url: http::Uri,
@@ -56,14 +77,10 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// `url` must be an absolute http(s) URL; TLS trusts the system's roots.
+    /// `url` must be an absolute https URL (http only on this machine); TLS trusts the
+    /// system's roots.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, String> {
-        let url: http::Uri = url
-            .parse()
-            .map_err(|e| format!("NOTIFICATION_URL {url:?} is not a URL: {e}"))?;
-        if !matches!(url.scheme_str(), Some("http" | "https")) {
-            return Err(format!("NOTIFICATION_URL {url} must be http(s)"));
-        }
+        let url = secure_url("NOTIFICATION_URL", url)?;
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .map_err(|e| format!("cannot load the system's TLS roots: {e}"))?
@@ -86,16 +103,9 @@ impl Notifier {
     }
 
     /// For a receiver that does not deduplicate: `status_url` (absolute http(s)) answers `GET
-    /// <status_url>/<actionId>` as [`Status`] says.
+    /// <status_url>/<actionId>` as [`Status`] says; https as `url`.
     pub fn without_deduplication(mut self, status_url: &str) -> Result<Self, String> {
-        let parsed: http::Uri = status_url
-            .parse()
-            .map_err(|e| format!("NOTIFICATION_STATUS_URL {status_url:?} is not a URL: {e}"))?;
-        if !matches!(parsed.scheme_str(), Some("http" | "https")) {
-            return Err(format!(
-                "NOTIFICATION_STATUS_URL {status_url} must be http(s)"
-            ));
-        }
+        secure_url("NOTIFICATION_STATUS_URL", status_url)?;
         self.status_url = Some(status_url.trim_end_matches('/').to_owned());
         Ok(self)
     }
@@ -317,6 +327,33 @@ mod tests {
                 ),
                 "{status}: may have done the work"
             );
+        }
+    }
+
+    #[test]
+    fn when_a_receiver_is_named_by_plain_http_should_take_it_only_on_this_machine() {
+        let timeout = Duration::from_secs(1);
+        for local in [
+            "http://127.0.0.1:9000/notices",
+            "http://localhost/n",
+            "http://host.docker.internal:8080",
+            "http://[::1]:9000/n",
+            "https://notices.example.com/v1",
+        ] {
+            let notifier = Notifier::new(local, timeout).expect(local);
+            notifier.without_deduplication(local).expect(local);
+        }
+        for remote in [
+            "http://notices.example.com/v1",
+            "http://10.0.0.7/n",
+            "http://127.0.0.1.example.com/n",
+            "ftp://notices.example.com/",
+        ] {
+            let refused = Notifier::new(remote, timeout).err().expect(remote);
+            assert!(refused.contains("NOTIFICATION_URL"), "{refused}");
+            let notifier = Notifier::new("https://notices.example.com", timeout).unwrap();
+            let refused = notifier.without_deduplication(remote).err().expect(remote);
+            assert!(refused.contains("NOTIFICATION_STATUS_URL"), "{refused}");
         }
     }
 
