@@ -1810,7 +1810,8 @@ class OnlyTheRelayPublishesItsSources(ServicingRule):
         "could publish any source. The bus that a function publishes to (its environment names "
         "it) denies PutEvents to every principal but that function's role; that role's "
         "PutEvents carries an events:source condition listing exactly the relay's SOURCES; no "
-        "other function may PutEvents."
+        "other function may PutEvents; and the bus denies every principal (the operators' role "
+        "too) any other source."
     )
 
     def match(self, cfn):
@@ -1852,6 +1853,23 @@ class OnlyTheRelayPublishesItsSources(ServicingRule):
                     out.append(self.problem(["Resources", bus_name, "Properties"], (
                         f"{bus_name}: its Policy must deny events:PutEvents to every principal but "
                         f"{role_name} (ArnNotEquals aws:PrincipalArn), the relay that publishes to it"
+                    )))
+                # The principals it admits (the operators' role too) publish the relay's sources only.
+                sourced = any(
+                    st.get("Effect") == "Deny"
+                    and st.get("Principal") in ("*", {"AWS": "*"})
+                    and "events:PutEvents" in actions(st)
+                    and set(st.get("Condition") or {}) == {"ForAnyValue:StringNotEquals"}
+                    and set(st["Condition"]["ForAnyValue:StringNotEquals"]) == {"events:source"}
+                    and set(as_list(st["Condition"]["ForAnyValue:StringNotEquals"]["events:source"])) == allowed
+                    for st in as_list((policy or {}).get("Statement") or [])
+                    if isinstance(st, dict)
+                )
+                if not sourced:
+                    out.append(self.problem(["Resources", bus_name, "Properties"], (
+                        f"{bus_name}: its Policy must deny events:PutEvents to every principal "
+                        f"(ForAnyValue:StringNotEquals events:source {sorted(allowed)}, no other "
+                        f"condition): a principal it admits publishes no other source"
                     )))
         return out
 

@@ -175,6 +175,20 @@ async fn when_a_payment_is_accepted_but_never_applied_or_resent_under_new_ids_sh
         "{:?}",
         grace.lines()
     );
+    // The numbers agree, but the two pairs were claimed in the window: a person judges them
+    // before anyone says it reconciles (`ledgerctl reconcile --money` exits 1, as the daily
+    // run does not hold). A later window, which claimed neither, holds.
+    let lines = grace.lines();
+    assert!(!grace.holds_since(grace.window.0), "{lines:?}");
+    assert!(
+        lines.contains(&"NEEDS A PERSON: 2 suspected duplicate(s) claimed in the window".into()),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("money does NOT reconcile")
+    );
+    assert!(grace.holds_since(now + 1), "{lines:?}");
 }
 
 async fn when_a_collections_action_stays_unsettled_past_its_grace_should_name_it_unless_a_lease_holds_it(

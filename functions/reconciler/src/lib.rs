@@ -574,11 +574,7 @@ pub async fn run_until(
         accepted_confirmed: confirmed,
         actions_pending_too_long: money.stuck_actions.len() as u64,
         // New in the window: a pair stays in the table for good, the metric says when it came.
-        suspected_duplicates: money
-            .suspected_duplicates
-            .iter()
-            .filter(|d| d.second_claimed_at >= now - window_secs)
-            .count() as u64,
+        suspected_duplicates: money.suspected_since(now - window_secs) as u64,
         ledger_problems: ledger_problems.len() as u64,
     };
     servicing_telemetry::emit("reconciler", &counts.metrics());

@@ -174,6 +174,23 @@ impl MoneyReconciliation {
         self.problems.is_empty()
     }
 
+    /// The suspected duplicates whose second payment was claimed at `since` or later. A pair
+    /// stays in the table for good: it is news once, in the window that claimed it.
+    pub fn suspected_since(&self, since: i64) -> usize {
+        self.suspected_duplicates
+            .iter()
+            .filter(|d| d.second_claimed_at >= since)
+            .count()
+    }
+
+    /// Whether the money holds for whoever asked: no problem, and no suspected duplicate new
+    /// since `since` (a person judges it before anyone says the day reconciles; nothing is
+    /// reversed). `ledgerctl reconcile --money` asks from its window's start, the daily run
+    /// from its own window's.
+    pub fn holds_since(&self, since: i64) -> bool {
+        self.holds() && self.suspected_since(since) == 0
+    }
+
     /// The totals of `key`, which `account`'s fact adds to (and so names among its accounts).
     fn totals_of(&mut self, key: Key, account: &str) -> &mut Totals {
         self.key_accounts
@@ -251,8 +268,14 @@ impl MoneyReconciliation {
             self.stuck_actions.len()
         ));
         out.extend(self.problems.iter().map(|p| format!("PROBLEM: {p}")));
+        let new_pairs = self.suspected_since(self.window.0);
+        if new_pairs > 0 {
+            out.push(format!(
+                "NEEDS A PERSON: {new_pairs} suspected duplicate(s) claimed in the window"
+            ));
+        }
         out.push(
-            if self.holds() {
+            if self.holds_since(self.window.0) {
                 "money reconciles"
             } else {
                 "money does NOT reconcile"
