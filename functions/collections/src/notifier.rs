@@ -102,8 +102,8 @@ impl Notifier {
         self
     }
 
-    /// For a receiver that does not deduplicate: `status_url` (absolute http(s)) answers `GET
-    /// <status_url>/<actionId>` as [`Status`] says; https as `url`.
+    /// For a receiver that does not deduplicate: `status_url` (https, as `url`) answers `GET
+    /// <status_url>/<actionId>` as [`Status`] says.
     pub fn without_deduplication(mut self, status_url: &str) -> Result<Self, String> {
         secure_url("NOTIFICATION_STATUS_URL", status_url)?;
         self.status_url = Some(status_url.trim_end_matches('/').to_owned());
