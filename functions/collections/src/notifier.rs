@@ -349,10 +349,10 @@ mod tests {
             "http://127.0.0.1.example.com/n",
             "ftp://notices.example.com/",
         ] {
-            let refused = Notifier::new(remote, timeout).err().expect(remote);
+            let refused = Notifier::new(remote, timeout).expect_err(remote);
             assert!(refused.contains("NOTIFICATION_URL"), "{refused}");
-            let notifier = Notifier::new("https://notices.example.com", timeout).unwrap();
-            let refused = notifier.without_deduplication(remote).err().expect(remote);
+            let notifier = Notifier::new("https://notices.example.com", timeout).expect("https");
+            let refused = notifier.without_deduplication(remote).expect_err(remote);
             assert!(refused.contains("NOTIFICATION_STATUS_URL"), "{refused}");
         }
     }

@@ -235,7 +235,10 @@ fn when_a_reason_quotes_a_caller_at_length_should_keep_a_bounded_printable_prefi
             DecidedBy::Decode,
         )
     };
-    let kept = record.to_json()["reason"].as_str().unwrap().to_owned();
+    let kept = record.to_json()["reason"]
+        .as_str()
+        .expect("a reason")
+        .to_owned();
     assert_eq!(kept.chars().count(), REASON_MAX);
     assert!(kept.starts_with("the key `kkk"), "{kept}");
     assert!(kept.ends_with('…'), "{kept}");
