@@ -1801,6 +1801,19 @@ def relay_sources():
     return set(re.findall(r'"([^"]+)"', found.group(1)))
 
 
+def denies_put_events_to_all(policy, condition_holds):
+    """Whether a bus `policy` denies events:PutEvents to every principal under a Condition
+    that `condition_holds` accepts."""
+    return any(
+        st.get("Effect") == "Deny"
+        and st.get("Principal") in ("*", {"AWS": "*"})
+        and "events:PutEvents" in actions(st)
+        and condition_holds(st.get("Condition") or {})
+        for st in as_list((policy or {}).get("Statement") or [])
+        if isinstance(st, dict)
+    )
+
+
 class OnlyTheRelayPublishesItsSources(ServicingRule):
     id = "E9133"
     shortdesc = "The servicing bus admits only the relay, and the relay only its sources"
@@ -1837,34 +1850,22 @@ class OnlyTheRelayPublishesItsSources(ServicingRule):
                     )))
             for bus_name in published:
                 policy = props(buses[bus_name]).get("Policy") or {}
-                guarded = any(
-                    st.get("Effect") == "Deny"
-                    and st.get("Principal") in ("*", {"AWS": "*"})
-                    and "events:PutEvents" in actions(st)
-                    and any(
-                        logical_id(arn) == role_name
-                        for test in ("ArnNotEquals", "ArnNotLike")
-                        for arn in as_list(((st.get("Condition") or {}).get(test) or {}).get("aws:PrincipalArn"))
-                    )
-                    for st in as_list((policy or {}).get("Statement") or [])
-                    if isinstance(st, dict)
-                )
+                guarded = denies_put_events_to_all(policy, lambda condition: any(
+                    logical_id(arn) == role_name
+                    for test in ("ArnNotEquals", "ArnNotLike")
+                    for arn in as_list((condition.get(test) or {}).get("aws:PrincipalArn"))
+                ))
                 if not guarded:
                     out.append(self.problem(["Resources", bus_name, "Properties"], (
                         f"{bus_name}: its Policy must deny events:PutEvents to every principal but "
                         f"{role_name} (ArnNotEquals aws:PrincipalArn), the relay that publishes to it"
                     )))
                 # The principals it admits (the operators' role too) publish the relay's sources only.
-                sourced = any(
-                    st.get("Effect") == "Deny"
-                    and st.get("Principal") in ("*", {"AWS": "*"})
-                    and "events:PutEvents" in actions(st)
-                    and set(st.get("Condition") or {}) == {"ForAnyValue:StringNotEquals"}
-                    and set(st["Condition"]["ForAnyValue:StringNotEquals"]) == {"events:source"}
-                    and set(as_list(st["Condition"]["ForAnyValue:StringNotEquals"]["events:source"])) == allowed
-                    for st in as_list((policy or {}).get("Statement") or [])
-                    if isinstance(st, dict)
-                )
+                sourced = denies_put_events_to_all(policy, lambda condition: (
+                    set(condition) == {"ForAnyValue:StringNotEquals"}
+                    and set(condition["ForAnyValue:StringNotEquals"]) == {"events:source"}
+                    and set(as_list(condition["ForAnyValue:StringNotEquals"]["events:source"])) == allowed
+                ))
                 if not sourced:
                     out.append(self.problem(["Resources", bus_name, "Properties"], (
                         f"{bus_name}: its Policy must deny events:PutEvents to every principal "
