@@ -23,6 +23,7 @@ on_both_engines!(
     when_items_predate_the_open_index_should_backfill_them_once,
     when_a_window_is_reconciled_should_read_its_records_through_the_record_log,
     when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_touched,
+    when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_since_its_last_check,
 );
 
 /// The requests of a recorded run, as `(action, key)`.
@@ -819,4 +820,228 @@ async fn when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_
         "{engine:?}:\n{text}"
     );
     assert_eq!(audit.accounts, 23, "{engine:?}:\n{text}");
+}
+
+/// `account`'s entries of `event_type` as processed `days_ago` earlier (in place, before the
+/// log lists them): a ledger with a past.
+async fn processed_earlier(servicing: &Servicing, account: &str, event_type: &str, days_ago: i64) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let partition = servicing
+        .client
+        .query()
+        .table_name(&servicing.table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", AttributeValue::S(format!("LEDGER#{account}")))
+        .send()
+        .await
+        .expect("the ledger partition")
+        .items
+        .unwrap_or_default();
+    for mut item in partition {
+        let Some(AttributeValue::S(posting)) = item.get("posting") else {
+            continue;
+        };
+        let mut posting: serde_json::Value = serde_json::from_str(posting).expect("a posting");
+        if posting["eventType"] != event_type {
+            continue;
+        }
+        let at = chrono::DateTime::parse_from_rfc3339(posting["processedAt"].as_str().expect("a time"))
+            .expect("a time")
+            - chrono::Duration::days(days_ago);
+        posting["processedAt"] = at.to_rfc3339().into();
+        item.insert("posting".into(), AttributeValue::S(posting.to_string()));
+        servicing
+            .client
+            .put_item()
+            .table_name(&servicing.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .expect("an entry of the past");
+    }
+}
+
+/// An account's check reads what changed since its last check, never its whole ledger: the
+/// first check reads each account whole and remembers what it proved (`LEDGER_CHECK#`); the
+/// next reads, of an account with a long past that took one more entry, that entry and its
+/// balances by key — no `Query` of any ledger partition. Balances changed by hand are found so;
+/// an entry changed by hand, or an account whose check is gone, is read whole again, and what
+/// is wrong is found.
+async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_since_its_last_check(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    let handler = servicing.handler();
+    the_day(&handler).await;
+    let past: Vec<(String, serde_json::Value)> = (0..30)
+        .map(|i| {
+            let id = format!("acc_day_0-fee{i:02}");
+            let fee = integration_tests::generate::fee("acc_day_0", &id, 21, 10 + i);
+            (id, fee)
+        })
+        .collect();
+    let past: Vec<(&str, serde_json::Value)> =
+        past.iter().map(|(i, f)| (i.as_str(), f.clone())).collect();
+    process(&handler, &past).await;
+    let ledger = crate::ledger::ledger_handler(&servicing);
+    let post = |run: &'static str| {
+        let (servicing, ledger) = (&servicing, &ledger);
+        async move {
+            let envelopes = crate::ledger::published(servicing).await;
+            crate::ledger::post_all(
+                std::slice::from_ref(ledger),
+                &envelopes,
+                &mut integration_tests::Rng(7),
+                run,
+            )
+            .await;
+        }
+    };
+    post("past").await;
+    processed_earlier(&servicing, "acc_day_0", "FeeAssessed", 3).await;
+    let store = servicing.store("ledgerctl");
+    let list = || async {
+        servicing_ops::backfill::record_log(&store, false)
+            .await
+            .expect("listed")
+    };
+    list().await;
+
+    let check = |client: aws_sdk_dynamodb::Client| {
+        let table = servicing.table.clone();
+        async move {
+            let now = servicing_ops::epoch_seconds();
+            let money = servicing_ops::money::reconcile_money(
+                &client,
+                &table,
+                &[],
+                (now - 3_600, now + 1),
+                now,
+                servicing_ops::money::Grace::default(),
+            )
+            .await
+            .expect("money");
+            let report = servicing_ops::ledger::reconcile_ledger(&client, &table, &money, now, 0)
+                .await
+                .expect("ledger");
+            let remembered = servicing_ops::ledger::remember_checks(&client, &table, &report, now)
+                .await
+                .expect("checks remembered");
+            (report, remembered)
+        }
+    };
+    let partition_reads = |plan: &FaultPlan| -> Vec<(String, String)> {
+        plan.access()
+            .into_iter()
+            .filter(|(action, key)| action == "dynamodb:Query" && key.starts_with("LEDGER#"))
+            .collect()
+    };
+
+    // Never checked: each account read whole, and what it proved remembered.
+    let plan = FaultPlan::default();
+    let (first, remembered) = check(plan.client(&servicing.client)).await;
+    assert!(first.holds(), "{engine:?}: {:?}", first.lines());
+    assert_eq!((first.accounts, first.read_whole, remembered), (3, 3, 3), "{engine:?}: {:?}", first.lines());
+    assert_eq!(partition_reads(&plan).len(), 3, "{engine:?}");
+
+    // Checked: the past is not read again, by key or by partition.
+    let plan = FaultPlan::default();
+    let (second, remembered) = check(plan.client(&servicing.client)).await;
+    assert!(second.holds(), "{engine:?}: {:?}", second.lines());
+    assert_eq!((second.read_whole, remembered), (0, 0), "{engine:?}: {:?}", second.lines());
+    assert_eq!(second.entries, first.entries - 30, "{engine:?}: {:?}", second.lines());
+    assert!(partition_reads(&plan).is_empty(), "{engine:?}: {:?}", partition_reads(&plan));
+
+    // One more entry on the long account: that entry is what is read of it.
+    let more = integration_tests::generate::fee("acc_day_0", "acc_day_0-fee-more", 22, 7);
+    process(&handler, &[("acc_day_0-fee-more", more)]).await;
+    post("more").await;
+    list().await;
+    let plan = FaultPlan::default();
+    let (third, remembered) = check(plan.client(&servicing.client)).await;
+    assert!(third.holds(), "{engine:?}: {:?}", third.lines());
+    assert_eq!((third.read_whole, remembered), (0, 1), "{engine:?}: {:?}", third.lines());
+    assert_eq!(third.entries, second.entries + 1, "{engine:?}: {:?}", third.lines());
+    assert!(partition_reads(&plan).is_empty(), "{engine:?}: {:?}", partition_reads(&plan));
+
+    // Balances changed by hand: not the check plus the entries since.
+    let day_1 = servicing_domain::AccountId::parse("acc_day_1").expect("id");
+    let mut balances = store.sub_ledger(&day_1).await.expect("read").expect("balances");
+    *balances.balances.values_mut().next().expect("a balance") += 1;
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .set_item(Some(servicing_store::schema::to_item(&balances).expect("item")))
+        .send()
+        .await
+        .expect("tampered");
+    let (tampered, _) = check(servicing.client.clone()).await;
+    let text = tampered.lines().join("\n");
+    assert!(
+        !tampered.holds()
+            && tampered.problems.iter().any(|p| {
+                p.starts_with("sub-ledger acc_day_1: stored balances") && p.contains("onto its check")
+            }),
+        "{engine:?}:\n{text}"
+    );
+
+    // An entry of the past changed by hand (the relay lists its account to be read whole):
+    // the sum of every entry finds it.
+    let day_0 = servicing_domain::AccountId::parse("acc_day_0").expect("id");
+    let journal = store.journal(&day_0).await.expect("journal");
+    let mut entry = journal
+        .entries
+        .iter()
+        .find(|e| e.event_type == "FeeAssessed")
+        .expect("a past entry")
+        .clone();
+    let mut posting: serde_json::Value = serde_json::from_str(&entry.posting).expect("a posting");
+    for transfer in posting["transfers"].as_array_mut().expect("transfers") {
+        transfer["amountMinor"] = (transfer["amountMinor"].as_i64().expect("an amount") + 1).into();
+    }
+    entry.posting = posting.to_string();
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .set_item(Some(servicing_store::schema::to_item(&entry).expect("item")))
+        .send()
+        .await
+        .expect("rewritten");
+    let mut log = servicing_store::record_log::RecordLog::default();
+    log.add_ledger_key("LEDGER#acc_day_0", "JOURNAL_ENTRY", servicing_ops::epoch_seconds());
+    store.write_record_log(&log, "rewritten").await.expect("listed");
+    let (rewritten, _) = check(servicing.client.clone()).await;
+    let text = rewritten.lines().join("\n");
+    assert!(
+        rewritten.read_whole >= 1
+            && rewritten.problems.iter().any(|p| {
+                p.starts_with("sub-ledger acc_day_0: stored balances") && !p.contains("onto its check")
+            }),
+        "{engine:?}:\n{text}"
+    );
+
+    // A check gone (expired, deleted): that account is read whole, and holds.
+    let (pk, sk) = servicing_store::journal::ledger_check_key("acc_day_2");
+    servicing
+        .client
+        .delete_item()
+        .table_name(&servicing.table)
+        .set_key(Some(servicing_store::items::key_item((pk, sk))))
+        .send()
+        .await
+        .expect("deleted");
+    let plan = FaultPlan::default();
+    let (gone, _) = check(plan.client(&servicing.client)).await;
+    assert!(
+        partition_reads(&plan).contains(&("dynamodb:Query".to_owned(), "LEDGER#acc_day_2".to_owned())),
+        "{engine:?}: {:?}",
+        partition_reads(&plan)
+    );
+    assert!(
+        !gone.problems.iter().any(|p| p.contains("acc_day_2")),
+        "{engine:?}: {:?}",
+        gone.lines()
+    );
 }

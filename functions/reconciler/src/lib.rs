@@ -133,12 +133,31 @@ async fn ledger_of(
     now: i64,
 ) -> servicing_ops::ledger::LedgerReconciliation {
     let grace = servicing_ops::money::Grace::default().accepted_secs;
-    servicing_ops::ledger::reconcile_ledger(store.client(), table, money, now, grace)
-        .await
-        .unwrap_or_else(|e| servicing_ops::ledger::LedgerReconciliation {
+    match servicing_ops::ledger::reconcile_ledger(store.client(), table, money, now, grace).await
+    {
+        Ok(ledger) => {
+            remember_checks(store, table, &ledger, now).await;
+            ledger
+        }
+        Err(e) => servicing_ops::ledger::LedgerReconciliation {
             problems: vec![format!("the ledger could not be reconciled: {e:#}")],
             ..Default::default()
-        })
+        },
+    }
+}
+
+/// Remembers what `ledger` proved of each account, so its next check reads only what follows.
+/// A check not written costs that account one whole read next time: a warning, not a problem.
+async fn remember_checks(
+    store: &ServicingStore,
+    table: &str,
+    ledger: &servicing_ops::ledger::LedgerReconciliation,
+    now: i64,
+) {
+    if let Err(e) = servicing_ops::ledger::remember_checks(store.client(), table, ledger, now).await
+    {
+        tracing::warn!(error = %e, "the ledger's checks were not remembered");
+    }
 }
 
 /// How a catch-up reads the days behind the window.
@@ -227,7 +246,10 @@ async fn catch_up(
         )
         .await
         {
-            Ok(ledger) => ledger,
+            Ok(ledger) => {
+                remember_checks(store, table, &ledger, now).await;
+                ledger
+            }
             Err(e) => {
                 out.problems.push(format!(
                     "the ledger from {} to {} could not be reconciled: {e:#}",

@@ -32,7 +32,9 @@ use servicing_domain::AccountId;
 use servicing_domain::journal::{JournalEntry, LedgerAccount, SubLedger};
 use servicing_domain::outbox::detail_types;
 use servicing_store::items;
-use servicing_store::journal::{EntryRecord, SubLedgerRecord, sub_ledger_key};
+use servicing_store::journal::{
+    EntryRecord, LedgerCheckRecord, SubLedgerRecord, entry_key, ledger_check_key, sub_ledger_key,
+};
 use servicing_store::schema;
 
 use crate::Item;
@@ -51,6 +53,9 @@ pub struct Posted {
 pub struct LedgerReconciliation {
     /// The accounts read (`read_accounts`): every figure below is theirs.
     pub accounts: u64,
+    /// Of them, those read whole (never checked, changed by hand, not all listed); the others
+    /// were read since their last check.
+    pub read_whole: u64,
     pub sub_ledgers: u64,
     pub entries: u64,
     /// Debits less credits over the sub-ledgers read, per currency: zero.
@@ -63,6 +68,9 @@ pub struct LedgerReconciliation {
     /// may settle within the grace, or may not — nothing is closed over them.
     pub deferred: Vec<String>,
     pub problems: Vec<String>,
+    /// The balances whose sum was proved and is newer than the account's last check: what
+    /// [`remember_checks`] writes, so the next check reads only what follows.
+    pub proven: Vec<SubLedgerRecord>,
 }
 
 impl LedgerReconciliation {
@@ -91,8 +99,10 @@ impl LedgerReconciliation {
             .map(|(currency, total)| format!("{total} {currency}"))
             .collect();
         let mut out = vec![format!(
-            "ledger: {} accounts read, {} sub-ledgers, {} entries, trial balance {}",
+            "ledger: {} accounts read ({} whole, {} since their last check), {} sub-ledgers, {} entries, trial balance {}",
             self.accounts,
+            self.read_whole,
+            self.accounts - self.read_whole,
             self.sub_ledgers,
             self.entries,
             if balance.is_empty() {
@@ -139,25 +149,45 @@ impl LedgerReconciliation {
     }
 }
 
-/// The accounts the ledger's leg holds to servicing, each read whole (its loan by key, its
-/// ledger partition by one `Query`): those whose facts were claimed in the money
-/// reconciliation's window, those behind the totals of the dates it totalled, and — from the
-/// record log — those whose ledger was written in the window or holds a cash entry of those
-/// dates. An account none of these name was checked the day it last changed.
+/// What the ledger's leg read of its accounts.
+#[derive(Debug, Default)]
+struct Read {
+    loans: Vec<Item>,
+    sub_ledgers: Vec<Item>,
+    entries: Vec<Item>,
+    /// The accounts read since their last check, each with that check: the entries above its
+    /// version are summed onto it. Every other account was read whole.
+    since: BTreeMap<String, LedgerCheckRecord>,
+}
+
+/// The accounts the ledger's leg holds to servicing: those whose facts were claimed in the
+/// money reconciliation's window, those behind the totals of the dates it totalled, and —
+/// from the record log — those whose ledger was written since the window began or holds a
+/// cash entry of those dates. An account none of these name was checked the day it last
+/// changed.
+///
+/// Each account's loan, balances and last check are read by key, and the entries the log
+/// lists for it. Where those entries are every one above the checked version up to the
+/// balances' (`entries_since`), nothing else of the account is read: what a check reads grows
+/// with what changed since the last, not with the account's life. Otherwise — never checked,
+/// an entry changed by hand, the log behind — the account's ledger is read whole (one `Query`
+/// of its partition).
 async fn read_accounts(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     money: &MoneyReconciliation,
+    now: i64,
     report: &mut LedgerReconciliation,
-) -> anyhow::Result<(Vec<Item>, Vec<Item>, Vec<Item>)> {
+) -> anyhow::Result<Read> {
     let mut accounts = money.window_accounts.clone();
     // Its keys are all of the dates it totalled (it totals no other).
     for named in money.key_accounts.values() {
         accounts.extend(named.iter().cloned());
     }
-    accounts.extend(
-        crate::record_log::ledger_accounts(client, table, money.window, &money.dates).await?,
-    );
+    // To the read, not only the window's end: entries posted since are summed too.
+    let written = (money.window.0, money.window.1.max(now + 1));
+    let listed = crate::record_log::ledger_listed(client, table, written, &money.dates).await?;
+    accounts.extend(listed.accounts.iter().cloned());
     let mut ids = Vec::new();
     for account in accounts {
         match AccountId::parse(&account) {
@@ -168,27 +198,129 @@ async fn read_accounts(
         }
     }
     report.accounts = ids.len() as u64;
-    let loan_keys = ids
+
+    let mut read = Read::default();
+    let mut keys = Vec::new();
+    for id in &ids {
+        keys.push(items::key_item(items::loan_key(id)));
+        keys.push(items::key_item(sub_ledger_key(id)));
+        keys.push(items::key_item(ledger_check_key(id.as_str())));
+    }
+    let mut balances: BTreeMap<String, SubLedgerRecord> = BTreeMap::new();
+    let mut checks: BTreeMap<String, LedgerCheckRecord> = BTreeMap::new();
+    for item in crate::batch_get(client, table, keys).await? {
+        let pk = crate::text(&item, items::PK).unwrap_or_default();
+        if pk.starts_with("LOAN#") {
+            read.loans.push(item);
+        } else if pk.starts_with("LEDGER_CHECK#") {
+            // A check that does not decode proves nothing: its account is read whole.
+            if let Ok(check) = schema::from_item::<LedgerCheckRecord>(item) {
+                checks.insert(check.account_id.clone(), check);
+            }
+        } else {
+            if let Ok(record) = schema::from_item::<SubLedgerRecord>(item.clone()) {
+                balances.insert(record.account_id.clone(), record);
+            }
+            read.sub_ledgers.push(item);
+        }
+    }
+
+    let entry_keys = ids
         .iter()
-        .map(|id| items::key_item(items::loan_key(id)))
+        .flat_map(|id| {
+            let listed = listed.entries.get(id.as_str()).into_iter().flatten();
+            listed.map(|entry_id| items::key_item(entry_key(id, entry_id)))
+        })
         .collect();
-    let loans = crate::batch_get(client, table, loan_keys).await?;
-    let partitions: Vec<Vec<Item>> = futures_util::stream::iter(ids.iter().map(|id| {
+    let mut by_account: BTreeMap<String, Vec<Item>> = BTreeMap::new();
+    for item in crate::batch_get(client, table, entry_keys).await? {
+        let pk = crate::text(&item, items::PK).unwrap_or_default();
+        let account = pk.strip_prefix("LEDGER#").unwrap_or(pk).to_owned();
+        by_account.entry(account).or_default().push(item);
+    }
+    let mut whole = Vec::new();
+    for id in &ids {
+        let account = id.as_str();
+        let listed_entries = by_account.remove(account).unwrap_or_default();
+        let check = checks.remove(account);
+        match check.filter(|check| {
+            !listed.changed.contains(account)
+                && entries_since(check, balances.get(account), &listed_entries)
+        }) {
+            Some(check) => {
+                read.since.insert(account.to_owned(), check);
+                read.entries.extend(listed_entries);
+            }
+            None => whole.push(id),
+        }
+    }
+    report.read_whole = whole.len() as u64;
+    let partitions: Vec<Vec<Item>> = futures_util::stream::iter(whole.into_iter().map(|id| {
         let (pk, _) = sub_ledger_key(id);
         async move { crate::query_partition(client, table, &pk).await }
     }))
     .buffer_unordered(ACCOUNTS_AT_ONCE)
     .try_collect()
     .await?;
-    let (mut sub_ledgers, mut entries) = (Vec::new(), Vec::new());
-    for item in partitions.into_iter().flatten() {
-        match items::string(&item, items::ITEM_TYPE) {
-            Some(SubLedgerRecord::ITEM_TYPE) => sub_ledgers.push(item),
-            Some(EntryRecord::ITEM_TYPE) => entries.push(item),
-            _ => {}
+    read.entries.extend(
+        partitions
+            .into_iter()
+            .flatten()
+            .filter(|item| items::string(item, items::ITEM_TYPE) == Some(EntryRecord::ITEM_TYPE)),
+    );
+    // A reversal read since a check is held to its payment's entry, read by key if it was
+    // posted before.
+    let read_ids: BTreeSet<(String, String)> = read.entries.iter().filter_map(entry_of).collect();
+    let payments = read
+        .entries
+        .iter()
+        .filter_map(|item| schema::from_item::<EntryRecord>(item.clone()).ok())
+        .filter(|record| read.since.contains_key(&record.account_id))
+        .filter_map(|record| {
+            let payment = record.posting().ok()?.entry.reverses?;
+            let key = (record.account_id.clone(), payment);
+            (!read_ids.contains(&key)).then_some(key)
+        })
+        .filter_map(|(account, payment)| {
+            let id = AccountId::parse(&account).ok()?;
+            Some(items::key_item(entry_key(&id, &payment)))
+        })
+        .collect();
+    read.entries
+        .extend(crate::batch_get(client, table, payments).await?);
+    Ok(read)
+}
+
+/// `(account, entry id)` of an entry item.
+fn entry_of(item: &Item) -> Option<(String, String)> {
+    let account = crate::text(item, items::PK)?.strip_prefix("LEDGER#")?;
+    let entry_id = crate::text(item, items::SK)?.strip_prefix("ENTRY#")?;
+    Some((account.to_owned(), entry_id.to_owned()))
+}
+
+/// Whether `listed` (the entries the log lists for an account) holds every entry above
+/// `check`'s version up to its balances' (`stored`): each posting writes the next version
+/// into its entry, so the versions above the check must be exactly `check + 1 ..= stored`.
+fn entries_since(
+    check: &LedgerCheckRecord,
+    stored: Option<&SubLedgerRecord>,
+    listed: &[Item],
+) -> bool {
+    let Some(stored) = stored.filter(|s| s.version >= check.version) else {
+        return false;
+    };
+    let mut versions = BTreeSet::new();
+    for item in listed {
+        // An entry without its version (posted before it was kept) or that does not decode:
+        // read the account whole, where it is met and reported.
+        let Ok(version) = items::number(item, "version") else {
+            return false;
+        };
+        if version > check.version && version <= stored.version {
+            versions.insert(version);
         }
     }
-    Ok((loans, sub_ledgers, entries))
+    versions.len() as u64 == stored.version - check.version
 }
 
 /// How far back the daily reconciler reads the money and the ledger again, at most, while the
@@ -217,7 +349,7 @@ async fn read_every_account(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     report: &mut LedgerReconciliation,
-) -> anyhow::Result<(Vec<Item>, Vec<Item>, Vec<Item>)> {
+) -> anyhow::Result<Read> {
     let types = ["LOAN", SubLedgerRecord::ITEM_TYPE, EntryRecord::ITEM_TYPE];
     let mut found = crate::scan_types(client, table, &types).await?;
     let mut take = |item_type: &str| found.remove(item_type).unwrap_or_default();
@@ -238,7 +370,13 @@ async fn read_every_account(
         })
         .collect();
     report.accounts = accounts.len() as u64;
-    Ok((loans, sub_ledgers, entries))
+    report.read_whole = report.accounts;
+    Ok(Read {
+        loans,
+        sub_ledgers,
+        entries,
+        since: BTreeMap::new(),
+    })
 }
 
 /// Reconciles the ledger of `table` with servicing (`money`: the money reconciliation, its
@@ -266,8 +404,13 @@ pub async fn reconcile_accounts(
 ) -> anyhow::Result<LedgerReconciliation> {
     let servicing = &money.totals;
     let mut report = LedgerReconciliation::default();
-    let (loans, sub_ledgers, entries) = match accounts {
-        Accounts::Touched => read_accounts(client, table, money, &mut report).await?,
+    let Read {
+        loans,
+        sub_ledgers,
+        entries,
+        since,
+    } = match accounts {
+        Accounts::Touched => read_accounts(client, table, money, now, &mut report).await?,
         Accounts::Every => read_every_account(client, table, &mut report).await?,
     };
 
@@ -282,8 +425,14 @@ pub async fn reconcile_accounts(
                 .push(format!("a sub-ledger does not decode: {e}")),
         }
     }
-    // Each account's entries summed again, and the cash they moved by key (with its accounts).
-    let mut summed: BTreeMap<String, SubLedger> = BTreeMap::new();
+    // Each account's entries summed again — onto its last check, if it was read since — and
+    // the cash they moved by key (with its accounts).
+    let mut summed: BTreeMap<String, SubLedger> = since
+        .iter()
+        .map(|(account, check)| (account.clone(), check.sub_ledger()))
+        .collect();
+    // An entry read twice (listed, and as a reversal's payment) counts once.
+    let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
     let mut posted: BTreeMap<Key, Posted> = BTreeMap::new();
     let mut key_accounts: BTreeMap<Key, BTreeSet<String>> = money.key_accounts.clone();
     // Touched within the grace (a sub-ledger, an entry or a loan written then): the reads are
@@ -292,12 +441,19 @@ pub async fn reconcile_accounts(
     // Payments' and reversals' entries by id: a reversal's is held to the payment's it names.
     let mut by_id: BTreeMap<String, JournalEntry> = BTreeMap::new();
     for item in entries {
-        let posting = schema::from_item::<EntryRecord>(item)
-            .map_err(|e| e.to_string())
+        if let Some(key) = entry_of(&item)
+            && !seen.insert(key)
+        {
+            continue;
+        }
+        let record = schema::from_item::<EntryRecord>(item).map_err(|e| e.to_string());
+        let posting = record
+            .as_ref()
+            .map_err(Clone::clone)
             .and_then(|r| r.posting().map_err(|e| e.to_string()));
-        let posting = match posting {
-            Ok(p) => p,
-            Err(e) => {
+        let (record, posting) = match (record, posting) {
+            (Ok(r), Ok(p)) => (r, p),
+            (Err(e), _) | (_, Err(e)) => {
                 report
                     .problems
                     .push(format!("a journal entry does not decode: {e}"));
@@ -305,14 +461,23 @@ pub async fn reconcile_accounts(
             }
         };
         let entry = &posting.entry;
+        let account = entry.account_id.as_str();
         report.entries += 1;
         if now - posting.processed_at.timestamp() < grace_secs {
-            in_flight.insert(entry.account_id.as_str().to_owned());
+            in_flight.insert(account.to_owned());
         }
-        let sub = summed
-            .entry(entry.account_id.as_str().to_owned())
-            .or_default();
-        if let Err(e) = sub.post(entry) {
+        // What the balances read hold: the entries up to their version (one posted since is
+        // the next read's), above the check for an account read since it.
+        let in_balances = match (stored.get(account), since.get(account)) {
+            (Some(balances), Some(check)) => record
+                .version
+                .is_some_and(|v| v > check.version && v <= balances.version),
+            (Some(balances), None) => record.version.is_none_or(|v| v <= balances.version),
+            (None, _) => true,
+        };
+        if in_balances
+            && let Err(e) = summed.entry(account.to_owned()).or_default().post(entry)
+        {
             report.problems.push(format!(
                 "entry {} on {} cannot be summed: {e}",
                 entry.entry_id, entry.account_id
@@ -412,11 +577,20 @@ pub async fn reconcile_accounts(
     for (account, record) in &stored {
         report.sub_ledgers += 1;
         let sum = summed.get(account).cloned().unwrap_or_default();
+        let onto = since
+            .get(account)
+            .map(|check| format!(" (onto its check of version {})", check.version))
+            .unwrap_or_default();
         if sum != record.sub_ledger() {
             report.differs(in_flight.contains(account), format!(
-                "sub-ledger {account}: stored balances {:?} ({} entries) are not the sum of its entries {:?} ({} entries)",
+                "sub-ledger {account}: stored balances {:?} ({} entries) are not the sum of its entries {:?} ({} entries){onto}",
                 record.balances, record.entries, sum.balances, sum.entries
             ));
+        } else if since
+            .get(account)
+            .is_none_or(|check| check.version < record.version)
+        {
+            report.proven.push(record.clone());
         }
         if let Some(currency) = record.currency {
             *report
@@ -491,4 +665,50 @@ pub async fn reconcile_accounts(
     }
     report.in_flight = in_flight.into_iter().collect();
     Ok(report)
+}
+
+/// Writes the checks `report` proved (`proven`, at `now`, epoch s), so each account's next
+/// check reads only what follows: one `PutItem` per account whose balances moved since its
+/// last check, never back to an older version (a slower concurrent run keeps the newer).
+/// The daily reconciler's: `ledgerctl reconcile --money` writes nothing. Returns how many
+/// were written.
+pub async fn remember_checks(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    report: &LedgerReconciliation,
+    now: i64,
+) -> anyhow::Result<u64> {
+    let written: Vec<bool> = futures_util::stream::iter(report.proven.iter().map(|balances| {
+        let check = LedgerCheckRecord::of(balances, now);
+        async move {
+            let item = schema::to_item(&check)?;
+            let put = client
+                .put_item()
+                .table_name(table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk) OR #version < :version")
+                .expression_attribute_names("#version", items::VERSION)
+                .expression_attribute_values(":version", items::n(check.version))
+                .send()
+                .await;
+            match put {
+                Ok(_) => Ok(true),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(anyhow::anyhow!(
+                    "the check of {} could not be written: {}",
+                    check.account_id,
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                )),
+            }
+        }
+    }))
+    .buffer_unordered(ACCOUNTS_AT_ONCE)
+    .try_collect()
+    .await?;
+    Ok(written.into_iter().filter(|w| *w).count() as u64)
 }

@@ -8,14 +8,14 @@
 //! its stream record (seconds; `RelayIteratorAgeAlarm` says when it is behind), so a
 //! window is reconciled once it has closed (the reconciler's window ends at its start).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::NaiveDate;
 use servicing_domain::SourceRef;
 use servicing_store::APPLIER;
 use servicing_store::items;
-use servicing_store::record_log;
+use servicing_store::record_log::{self, LedgerListing};
 
 use crate::{Item, batch_get, epoch_seconds, query_partition};
 
@@ -54,14 +54,26 @@ fn hours_of((from, to): (i64, i64)) -> anyhow::Result<impl Iterator<Item = i64>>
     Ok((first_hour..first_hour + hours).map(|hour| hour * 3600))
 }
 
-/// The accounts whose ledger (an entry, the balances) was written in `[from, to)` (epoch s),
-/// and those holding a payment's or reversal's entry dated one of `dates`.
-pub async fn ledger_accounts(
+/// What the ledger's partitions list of an hour range and of business dates
+/// (`servicing_store::record_log::LedgerListing`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerListed {
+    /// Every account named.
+    pub accounts: BTreeSet<String>,
+    /// The entries put, by account: what is read of an account since its last check.
+    pub entries: BTreeMap<String, BTreeSet<String>>,
+    /// Accounts an entry of which was changed or removed by hand: read whole.
+    pub changed: BTreeSet<String>,
+}
+
+/// What was written of the ledger in `[from, to)` (epoch s): an entry, the balances, an entry
+/// changed by hand; and the entries holding a payment's or reversal's cash dated one of `dates`.
+pub async fn ledger_listed(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     window: (i64, i64),
     dates: &BTreeSet<NaiveDate>,
-) -> anyhow::Result<BTreeSet<String>> {
+) -> anyhow::Result<LedgerListed> {
     let partitions = hours_of(window)?
         .filter_map(record_log::ledger_hour_partition)
         .chain(
@@ -69,13 +81,30 @@ pub async fn ledger_accounts(
                 .iter()
                 .map(|date| record_log::ledger_date_partition(*date)),
         );
-    let mut accounts = BTreeSet::new();
+    let mut listed = LedgerListed::default();
     for partition in partitions {
-        for entry in query_partition(client, table, &partition).await? {
-            accounts.extend(record_log::facts_of(&entry).map(str::to_owned));
+        for item in query_partition(client, table, &partition).await? {
+            for fact in record_log::facts_of(&item) {
+                let listing = LedgerListing::parse(fact);
+                let account = listing.account().to_owned();
+                match listing {
+                    LedgerListing::Entry(_, entry_id) => {
+                        listed
+                            .entries
+                            .entry(account.clone())
+                            .or_default()
+                            .insert(entry_id.to_owned());
+                    }
+                    LedgerListing::Changed(_) => {
+                        listed.changed.insert(account.clone());
+                    }
+                    LedgerListing::Balances(_) => {}
+                }
+                listed.accounts.insert(account);
+            }
         }
     }
-    Ok(accounts)
+    Ok(listed)
 }
 
 /// The records whose money events (`PaymentApplied`, `PaymentReversed`) fall on `dates`, with

@@ -89,6 +89,62 @@ impl SubLedgerRecord {
     }
 }
 
+/// What the daily reconciliation last proved of an account's ledger: its balances at
+/// `version` were the sum of its entries up to that version. The next check sums only the
+/// entries above it (`servicing_ops::ledger`), so checking an account reads what changed since,
+/// not its whole life. In its own partition (`LEDGER_CHECK#<account>`), written by the
+/// reconciler alone: its role may write nothing of the ledger itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerCheckRecord {
+    pub pk: String,
+    pub sk: String,
+    pub item_type: String,
+    pub account_id: String,
+    /// The balances' version proved.
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<Currency>,
+    pub balances: BTreeMap<String, i64>,
+    pub entries: u64,
+    /// Epoch seconds of the check.
+    pub checked_at: i64,
+}
+
+impl LedgerCheckRecord {
+    pub const ITEM_TYPE: &'static str = "LEDGER_CHECK";
+
+    /// The balances proved, to add the entries since to.
+    pub fn sub_ledger(&self) -> SubLedger {
+        SubLedger {
+            currency: self.currency,
+            balances: self.balances.clone(),
+            entries: self.entries,
+        }
+    }
+
+    /// The check of `balances` as read, at `checked_at` (epoch s).
+    pub fn of(balances: &SubLedgerRecord, checked_at: i64) -> Self {
+        let (pk, sk) = ledger_check_key(&balances.account_id);
+        Self {
+            pk,
+            sk,
+            item_type: Self::ITEM_TYPE.into(),
+            account_id: balances.account_id.clone(),
+            version: balances.version,
+            currency: balances.currency,
+            balances: balances.balances.clone(),
+            entries: balances.entries,
+            checked_at,
+        }
+    }
+}
+
+/// `(pk, sk)` of an account's last ledger check (`account`: its id as stored).
+pub fn ledger_check_key(account: &str) -> (String, String) {
+    (format!("LEDGER_CHECK#{account}"), "CHECKED".to_owned())
+}
+
 /// A posted journal entry: the consumer's claim of the event and the entry itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -106,6 +162,11 @@ pub struct EntryRecord {
     pub posting_date: NaiveDate,
     /// The entry with its three times (JSON of `Posting`).
     pub posting: String,
+    /// The account's balances version this entry's posting wrote (1 for its first entry, +1
+    /// per entry): the entries since a check are those above the version checked
+    /// ([`LedgerCheckRecord`]). Absent on entries posted before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
 }
 
 impl EntryRecord {
@@ -233,6 +294,7 @@ impl ServicingStore {
         let entry = &posting.entry;
         let account = &entry.account_id;
         let (now, _) = now_epoch();
+        let version = read.map_or(1, |r| r.version + 1);
         let (pk, sk) = entry_key(account, &entry.entry_id);
         let record = EntryRecord {
             pk,
@@ -246,6 +308,7 @@ impl ServicingStore {
             posting_date: posting.posting_date,
             posting: serde_json::to_string(posting)
                 .map_err(|e| StoreError::Rejected(format!("posting: {e}")))?,
+            version: Some(version),
         };
         let claim = Put::builder()
             .table_name(&self.config.table)
@@ -260,7 +323,7 @@ impl ServicingStore {
             sk,
             item_type: SubLedgerRecord::ITEM_TYPE.into(),
             account_id: account.as_str().into(),
-            version: read.map_or(1, |r| r.version + 1),
+            version,
             currency: next.currency,
             balances: next.balances.clone(),
             entries: next.entries,

@@ -16,7 +16,8 @@
 //!
 //! each keyed `<the stream eventID of the first record of the batch that wrote it>` and holding
 //! `facts` (SS): the records' `<sourceSystem>#<sourceEventId>`, or for the ledger's partitions
-//! the accounts' ids (the reader reads an account's ledger whole), added by set union (`ADD`). A
+//! what was written of each account ([`LedgerListing`]: its balances, an entry put, an entry
+//! changed or removed), added by set union (`ADD`). A
 //! batch delivered again, whole or in part, adds to the same items or to overlapping ones: a
 //! reader takes the union and reads each record by key, so the log is a set that is never
 //! wrong for being written twice.
@@ -82,6 +83,45 @@ pub fn ledger_cash_date(posting: &str, written_at: i64) -> Option<NaiveDate> {
     }
 }
 
+/// What a ledger partition lists of an account (account ids are `[A-Za-z0-9_-]`, so the
+/// separators cannot be part of one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerListing<'a> {
+    /// `<account>`: its balances were written.
+    Balances(&'a str),
+    /// `<account>/<entryId>`: an entry was put (posted, or listed by a backfill).
+    Entry(&'a str, &'a str),
+    /// `<account>!`: an entry was changed or removed after it was posted (no code does): the
+    /// reader reads the account's ledger whole, checked entries included.
+    Changed(&'a str),
+}
+
+impl<'a> LedgerListing<'a> {
+    pub fn parse(fact: &'a str) -> Self {
+        if let Some((account, entry_id)) = fact.split_once('/') {
+            Self::Entry(account, entry_id)
+        } else if let Some(account) = fact.strip_suffix('!') {
+            Self::Changed(account)
+        } else {
+            Self::Balances(fact)
+        }
+    }
+
+    pub fn account(&self) -> &'a str {
+        match *self {
+            Self::Balances(a) | Self::Entry(a, _) | Self::Changed(a) => a,
+        }
+    }
+
+    fn listed(&self) -> String {
+        match self {
+            Self::Balances(a) => (*a).to_owned(),
+            Self::Entry(a, entry_id) => format!("{a}/{entry_id}"),
+            Self::Changed(a) => format!("{a}!"),
+        }
+    }
+}
+
 /// The log entries of one stream batch, by partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordLog {
@@ -117,25 +157,41 @@ impl RecordLog {
         if !matches!(event_name, "INSERT" | "MODIFY") {
             return;
         }
-        match text(image, items::ITEM_TYPE) {
-            Some(ClaimRecord::ITEM_TYPE) => self.add_claim(image, written_at),
-            Some(EntryRecord::ITEM_TYPE | SubLedgerRecord::ITEM_TYPE) => {
-                let Some(account) = text(image, "accountId").or_else(|| ledger_account(image))
-                else {
-                    return;
-                };
-                self.list_ledger(account, written_at);
-                if text(image, items::ITEM_TYPE) == Some(EntryRecord::ITEM_TYPE) {
-                    // An entry without its posting does not decode: listed under the day it was
-                    // written, where the reader meets it.
-                    self.list_cash(
-                        account,
-                        text(image, "posting").unwrap_or_default(),
-                        written_at,
-                    );
+        let item_type = text(image, items::ITEM_TYPE);
+        if item_type == Some(ClaimRecord::ITEM_TYPE) {
+            return self.add_claim(image, written_at);
+        }
+        let Some(account) = text(image, "accountId").or_else(|| ledger_account(image)) else {
+            return;
+        };
+        match item_type {
+            Some(SubLedgerRecord::ITEM_TYPE) => {
+                self.list_ledger(LedgerListing::Balances(account), written_at);
+            }
+            Some(EntryRecord::ITEM_TYPE) => {
+                let entry_id = text(image, "entryId").unwrap_or_default();
+                let put = LedgerListing::Entry(account, entry_id);
+                // Entries are put once and never changed: a MODIFY (or an entry without its
+                // id) was written by hand, and what was checked of the account is checked again.
+                match event_name == "INSERT" && !entry_id.is_empty() {
+                    true => self.list_ledger(put, written_at),
+                    false => self.list_ledger(LedgerListing::Changed(account), written_at),
                 }
+                // An entry without its posting does not decode: listed under the day it was
+                // written, where the reader meets it.
+                let posting = text(image, "posting").unwrap_or_default();
+                self.list_cash(put, posting, written_at);
             }
             _ => {}
+        }
+    }
+
+    /// Adds an item a stream record removed (`keys`: its key): an entry removed by hand lists
+    /// its account to be read whole, as one changed.
+    pub fn add_removed(&mut self, keys: &StreamImage, written_at: i64) {
+        let is_entry = text(keys, items::SK).is_some_and(|sk| sk.starts_with("ENTRY#"));
+        if let Some(account) = ledger_account(keys).filter(|_| is_entry) {
+            self.list_ledger(LedgerListing::Changed(account), written_at);
         }
     }
 
@@ -175,8 +231,9 @@ impl RecordLog {
         let written_at = entry
             .posting()
             .map_or(listed_at, |posting| posting.processed_at.timestamp());
-        self.list_ledger(&entry.account_id, written_at);
-        self.list_cash(&entry.account_id, &entry.posting, written_at);
+        let put = LedgerListing::Entry(&entry.account_id, &entry.entry_id);
+        self.list_ledger(put, written_at);
+        self.list_cash(put, &entry.posting, written_at);
     }
 
     /// Adds a ledger item of `item_type` that does not decode, read from the table (a one-off
@@ -187,29 +244,31 @@ impl RecordLog {
         let Some(account) = pk.strip_prefix("LEDGER#") else {
             return;
         };
-        self.list_ledger(account, listed_at);
         if item_type == EntryRecord::ITEM_TYPE {
-            self.list_cash(account, "", listed_at);
+            self.list_ledger(LedgerListing::Changed(account), listed_at);
+            self.list_cash(LedgerListing::Changed(account), "", listed_at);
+        } else {
+            self.list_ledger(LedgerListing::Balances(account), listed_at);
         }
     }
 
     /// Adds an account's balances read from the table (a one-off listing), under the hour of
     /// its last posting.
     pub fn add_sub_ledger(&mut self, balances: &SubLedgerRecord) {
-        self.list_ledger(&balances.account_id, balances.posted_at);
+        self.list_ledger(LedgerListing::Balances(&balances.account_id), balances.posted_at);
     }
 
-    /// An account whose ledger was written at `written_at` (epoch s).
-    fn list_ledger(&mut self, account: &str, written_at: i64) {
+    /// What was written of an account's ledger at `written_at` (epoch s).
+    fn list_ledger(&mut self, listing: LedgerListing, written_at: i64) {
         if let Some(partition) = ledger_hour_partition(written_at) {
-            self.insert(partition, account);
+            self.insert(partition, &listing.listed());
         }
     }
 
-    /// An account holding an entry (`posting`, as stored) that moves cash, under its date.
-    fn list_cash(&mut self, account: &str, posting: &str, written_at: i64) {
+    /// An entry (`posting`, as stored) that moves cash, under its date.
+    fn list_cash(&mut self, listing: LedgerListing, posting: &str, written_at: i64) {
         if let Some(date) = ledger_cash_date(posting, written_at) {
-            self.insert(ledger_date_partition(date), account);
+            self.insert(ledger_date_partition(date), &listing.listed());
         }
     }
 
@@ -462,12 +521,13 @@ mod tests {
         assert_eq!(log.len(), MAX_FACTS_PER_ITEM + 1);
     }
 
-    fn ledger_item(item_type: &str, posting: Option<&str>) -> StreamImage {
+    fn ledger_item(item_type: &str, posting: Option<(&str, &str)>) -> StreamImage {
         let mut image = HashMap::from([
             ("itemType".to_owned(), A::S(item_type.into())),
             ("accountId".to_owned(), A::S("acc_1".into())),
         ]);
-        if let Some(posting) = posting {
+        if let Some((entry_id, posting)) = posting {
+            image.insert("entryId".to_owned(), A::S(entry_id.into()));
             image.insert("posting".to_owned(), A::S(posting.into()));
         }
         image
@@ -481,35 +541,66 @@ mod tests {
         .to_string()
     }
 
+    fn strings(listed: &[&str]) -> Vec<String> {
+        listed.iter().map(|s| (*s).to_owned()).collect()
+    }
+
     #[test]
-    fn the_ledgers_writes_list_their_account_by_the_hour_written_and_cash_entries_by_their_date() {
+    fn the_ledgers_writes_list_their_entries_by_the_hour_written_and_cash_entries_by_their_date() {
         let mut log = RecordLog::default();
         let at = 1_796_428_800; // 2026-12-05T00:00:00Z
         let paid = posting("PaymentApplied", "2026-12-01T23:30:00-02:00");
-        log.add("INSERT", &ledger_item("JOURNAL_ENTRY", Some(&paid)), at);
+        log.add("INSERT", &ledger_item("JOURNAL_ENTRY", Some(("e1", &paid))), at);
         let fee = posting("FeeAssessed", "2026-11-30T10:00:00Z");
-        log.add("INSERT", &ledger_item("JOURNAL_ENTRY", Some(&fee)), at);
+        log.add("INSERT", &ledger_item("JOURNAL_ENTRY", Some(("e2", &fee))), at);
+        log.add("MODIFY", &ledger_item("SUB_LEDGER", None), at);
         // Balances changed by hand at 01:00: listed under that hour.
         log.add("MODIFY", &ledger_item("SUB_LEDGER", None), at + 3_600);
         log.add("REMOVE", &ledger_item("SUB_LEDGER", None), at + 7_200);
         assert_eq!(
             partitions(&log),
             vec![
-                ("LOG#LEDGER#DATE#2026-12-02".into(), vec!["acc_1".into()]),
-                ("LOG#LEDGER#HOUR#2026-12-05T00".into(), vec!["acc_1".into()]),
-                ("LOG#LEDGER#HOUR#2026-12-05T01".into(), vec!["acc_1".into()]),
+                ("LOG#LEDGER#DATE#2026-12-02".into(), strings(&["acc_1/e1"])),
+                (
+                    "LOG#LEDGER#HOUR#2026-12-05T00".into(),
+                    strings(&["acc_1", "acc_1/e1", "acc_1/e2"])
+                ),
+                ("LOG#LEDGER#HOUR#2026-12-05T01".into(), strings(&["acc_1"])),
             ]
+        );
+        assert_eq!(
+            LedgerListing::parse("acc_1/e/1"),
+            LedgerListing::Entry("acc_1", "e/1")
+        );
+        // An entry changed or removed by hand (no code does either): its account is read whole.
+        let mut by_hand = RecordLog::default();
+        by_hand.add("MODIFY", &ledger_item("JOURNAL_ENTRY", Some(("e2", &fee))), at);
+        let keys = HashMap::from([
+            ("pk".to_owned(), A::S("LEDGER#acc_3".into())),
+            ("sk".to_owned(), A::S("ENTRY#e9".into())),
+        ]);
+        by_hand.add_removed(&keys, at);
+        assert_eq!(
+            partitions(&by_hand),
+            vec![(
+                "LOG#LEDGER#HOUR#2026-12-05T00".into(),
+                strings(&["acc_1!", "acc_3!"])
+            )]
+        );
+        assert_eq!(
+            LedgerListing::parse("acc_3!"),
+            LedgerListing::Changed("acc_3")
         );
         // An entry that does not decode: under the date it was written, for the reader.
         let mut broken = RecordLog::default();
         broken.add(
             "INSERT",
-            &ledger_item("JOURNAL_ENTRY", Some("not json")),
+            &ledger_item("JOURNAL_ENTRY", Some(("e3", "not json"))),
             at,
         );
         assert!(
             partitions(&broken)
-                .contains(&("LOG#LEDGER#DATE#2026-12-05".into(), vec!["acc_1".into()]))
+                .contains(&("LOG#LEDGER#DATE#2026-12-05".into(), strings(&["acc_1/e3"])))
         );
         // Balances that lost their account id (a hand edit): listed by their key's account.
         let mut keyed_only = RecordLog::default();
@@ -519,7 +610,7 @@ mod tests {
         keyed_only.add("MODIFY", &image, at);
         assert_eq!(
             partitions(&keyed_only),
-            vec![("LOG#LEDGER#HOUR#2026-12-05T00".into(), vec!["acc_2".into()])]
+            vec![("LOG#LEDGER#HOUR#2026-12-05T00".into(), strings(&["acc_2"]))]
         );
     }
 
