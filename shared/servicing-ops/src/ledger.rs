@@ -184,10 +184,22 @@ async fn read_accounts(
     for named in money.key_accounts.values() {
         accounts.extend(named.iter().cloned());
     }
-    // To the read, not only the window's end: entries posted since are summed too.
-    let written = (money.window.0, money.window.1.max(now + 1));
-    let listed = crate::record_log::ledger_listed(client, table, written, &money.dates).await?;
+    let mut listed =
+        crate::record_log::ledger_listed(client, table, money.window, &money.dates).await?;
     accounts.extend(listed.accounts.iter().cloned());
+    // The entries posted since the window's end, up to the read (a daily run's minutes), are
+    // in the balances read: listed too, for the accounts above only. A day read behind (a
+    // catch-up) looks at most `LISTED_AFTER_SECS` further: an account posted to later than
+    // that is read whole.
+    let after = (
+        money.window.1,
+        (now + 1).clamp(money.window.1, money.window.1 + LISTED_AFTER_SECS),
+    );
+    let later = crate::record_log::ledger_listed(client, table, after, &BTreeSet::new()).await?;
+    for (account, entries) in later.entries {
+        listed.entries.entry(account).or_default().extend(entries);
+    }
+    listed.changed.extend(later.changed);
     let mut ids = Vec::new();
     for account in accounts {
         match AccountId::parse(&account) {
@@ -328,6 +340,10 @@ fn entries_since(
 /// its run, whatever the table's history; beyond it the run says so every day and closes
 /// nothing until an operator closes by hand.
 pub const REACH_DAYS: i64 = 7;
+
+/// How long after a window's end the log is read for the entries its accounts took since
+/// (`read_accounts`).
+const LISTED_AFTER_SECS: i64 = 2 * 3_600;
 
 /// Accounts' ledgers read at once.
 const ACCOUNTS_AT_ONCE: usize = 16;
