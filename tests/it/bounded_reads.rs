@@ -845,9 +845,10 @@ async fn processed_earlier(servicing: &Servicing, account: &str, event_type: &st
         if posting["eventType"] != event_type {
             continue;
         }
-        let at = chrono::DateTime::parse_from_rfc3339(posting["processedAt"].as_str().expect("a time"))
-            .expect("a time")
-            - chrono::Duration::days(days_ago);
+        let at =
+            chrono::DateTime::parse_from_rfc3339(posting["processedAt"].as_str().expect("a time"))
+                .expect("a time")
+                - chrono::Duration::days(days_ago);
         posting["processedAt"] = at.to_rfc3339().into();
         item.insert("posting".into(), AttributeValue::S(posting.to_string()));
         servicing
@@ -941,16 +942,35 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
     let plan = FaultPlan::default();
     let (first, remembered) = check(plan.client(&servicing.client)).await;
     assert!(first.holds(), "{engine:?}: {:?}", first.lines());
-    assert_eq!((first.accounts, first.read_whole, remembered), (3, 3, 3), "{engine:?}: {:?}", first.lines());
+    assert_eq!(
+        (first.accounts, first.read_whole, remembered),
+        (3, 3, 3),
+        "{engine:?}: {:?}",
+        first.lines()
+    );
     assert_eq!(partition_reads(&plan).len(), 3, "{engine:?}");
 
     // Checked: the past is not read again, by key or by partition.
     let plan = FaultPlan::default();
     let (second, remembered) = check(plan.client(&servicing.client)).await;
     assert!(second.holds(), "{engine:?}: {:?}", second.lines());
-    assert_eq!((second.read_whole, remembered), (0, 0), "{engine:?}: {:?}", second.lines());
-    assert_eq!(second.entries, first.entries - 30, "{engine:?}: {:?}", second.lines());
-    assert!(partition_reads(&plan).is_empty(), "{engine:?}: {:?}", partition_reads(&plan));
+    assert_eq!(
+        (second.read_whole, remembered),
+        (0, 0),
+        "{engine:?}: {:?}",
+        second.lines()
+    );
+    assert_eq!(
+        second.entries,
+        first.entries - 30,
+        "{engine:?}: {:?}",
+        second.lines()
+    );
+    assert!(
+        partition_reads(&plan).is_empty(),
+        "{engine:?}: {:?}",
+        partition_reads(&plan)
+    );
 
     // One more entry on the long account: that entry is what is read of it.
     let more = integration_tests::generate::fee("acc_day_0", "acc_day_0-fee-more", 22, 7);
@@ -960,19 +980,39 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
     let plan = FaultPlan::default();
     let (third, remembered) = check(plan.client(&servicing.client)).await;
     assert!(third.holds(), "{engine:?}: {:?}", third.lines());
-    assert_eq!((third.read_whole, remembered), (0, 1), "{engine:?}: {:?}", third.lines());
-    assert_eq!(third.entries, second.entries + 1, "{engine:?}: {:?}", third.lines());
-    assert!(partition_reads(&plan).is_empty(), "{engine:?}: {:?}", partition_reads(&plan));
+    assert_eq!(
+        (third.read_whole, remembered),
+        (0, 1),
+        "{engine:?}: {:?}",
+        third.lines()
+    );
+    assert_eq!(
+        third.entries,
+        second.entries + 1,
+        "{engine:?}: {:?}",
+        third.lines()
+    );
+    assert!(
+        partition_reads(&plan).is_empty(),
+        "{engine:?}: {:?}",
+        partition_reads(&plan)
+    );
 
     // Balances changed by hand: not the check plus the entries since.
     let day_1 = servicing_domain::AccountId::parse("acc_day_1").expect("id");
-    let mut balances = store.sub_ledger(&day_1).await.expect("read").expect("balances");
+    let mut balances = store
+        .sub_ledger(&day_1)
+        .await
+        .expect("read")
+        .expect("balances");
     *balances.balances.values_mut().next().expect("a balance") += 1;
     servicing
         .client
         .put_item()
         .table_name(&servicing.table)
-        .set_item(Some(servicing_store::schema::to_item(&balances).expect("item")))
+        .set_item(Some(
+            servicing_store::schema::to_item(&balances).expect("item"),
+        ))
         .send()
         .await
         .expect("tampered");
@@ -981,7 +1021,8 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
     assert!(
         !tampered.holds()
             && tampered.problems.iter().any(|p| {
-                p.starts_with("sub-ledger acc_day_1: stored balances") && p.contains("onto its check")
+                p.starts_with("sub-ledger acc_day_1: stored balances")
+                    && p.contains("onto its check")
             }),
         "{engine:?}:\n{text}"
     );
@@ -1005,19 +1046,29 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
         .client
         .put_item()
         .table_name(&servicing.table)
-        .set_item(Some(servicing_store::schema::to_item(&entry).expect("item")))
+        .set_item(Some(
+            servicing_store::schema::to_item(&entry).expect("item"),
+        ))
         .send()
         .await
         .expect("rewritten");
     let mut log = servicing_store::record_log::RecordLog::default();
-    log.add_ledger_key("LEDGER#acc_day_0", "JOURNAL_ENTRY", servicing_ops::epoch_seconds());
-    store.write_record_log(&log, "rewritten").await.expect("listed");
+    log.add_ledger_key(
+        "LEDGER#acc_day_0",
+        "JOURNAL_ENTRY",
+        servicing_ops::epoch_seconds(),
+    );
+    store
+        .write_record_log(&log, "rewritten")
+        .await
+        .expect("listed");
     let (rewritten, _) = check(servicing.client.clone()).await;
     let text = rewritten.lines().join("\n");
     assert!(
         rewritten.read_whole >= 1
             && rewritten.problems.iter().any(|p| {
-                p.starts_with("sub-ledger acc_day_0: stored balances") && !p.contains("onto its check")
+                p.starts_with("sub-ledger acc_day_0: stored balances")
+                    && !p.contains("onto its check")
             }),
         "{engine:?}:\n{text}"
     );
@@ -1035,7 +1086,8 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
     let plan = FaultPlan::default();
     let (gone, _) = check(plan.client(&servicing.client)).await;
     assert!(
-        partition_reads(&plan).contains(&("dynamodb:Query".to_owned(), "LEDGER#acc_day_2".to_owned())),
+        partition_reads(&plan)
+            .contains(&("dynamodb:Query".to_owned(), "LEDGER#acc_day_2".to_owned())),
         "{engine:?}: {:?}",
         partition_reads(&plan)
     );

@@ -133,8 +133,7 @@ async fn ledger_of(
     now: i64,
 ) -> servicing_ops::ledger::LedgerReconciliation {
     let grace = servicing_ops::money::Grace::default().accepted_secs;
-    match servicing_ops::ledger::reconcile_ledger(store.client(), table, money, now, grace).await
-    {
+    match servicing_ops::ledger::reconcile_ledger(store.client(), table, money, now, grace).await {
         Ok(ledger) => {
             remember_checks(store, table, &ledger, now).await;
             ledger

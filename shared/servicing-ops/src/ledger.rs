@@ -17,13 +17,14 @@
 //! (the reads are no snapshot: an account written during them may be read half before, half
 //! after).
 //!
-//! What it reads grows with the accounts the window touched and their own entries, not with
-//! the table's history (issue #33): the accounts servicing or the ledger touched in the
-//! window, or whose cash falls on the dates the money reconciliation totalled
-//! (`read_accounts`), each account's ledger whole (an account's partition grows with its own
-//! life: a few entries a month). Each day checks what changed that day; an account that did not
-//! change was checked when it did, and the daily reconciler reads again from where the ledger
-//! last did not reconcile, so a problem found once is not left behind by the moving window.
+//! What it reads grows with the accounts the window touched and what changed of them, not with
+//! the table's history nor an account's own (issue #33): the accounts servicing or the ledger
+//! touched in the window, or whose cash falls on the dates the money reconciliation totalled
+//! (`read_accounts`), each by its entries since its last check (`LEDGER_CHECK#`, written by
+//! [`remember_checks`]) — whole only when those are not all listed. Each day checks what changed
+//! that day; an account that did not change was checked when it did, and the daily reconciler
+//! reads again from where the ledger last did not reconcile, so a problem found once is not left
+//! behind by the moving window.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -491,9 +492,7 @@ pub async fn reconcile_accounts(
             (Some(balances), None) => record.version.is_none_or(|v| v <= balances.version),
             (None, _) => true,
         };
-        if in_balances
-            && let Err(e) = summed.entry(account.to_owned()).or_default().post(entry)
-        {
+        if in_balances && let Err(e) = summed.entry(account.to_owned()).or_default().post(entry) {
             report.problems.push(format!(
                 "entry {} on {} cannot be summed: {e}",
                 entry.entry_id, entry.account_id

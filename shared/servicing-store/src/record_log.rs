@@ -255,7 +255,10 @@ impl RecordLog {
     /// Adds an account's balances read from the table (a one-off listing), under the hour of
     /// its last posting.
     pub fn add_sub_ledger(&mut self, balances: &SubLedgerRecord) {
-        self.list_ledger(LedgerListing::Balances(&balances.account_id), balances.posted_at);
+        self.list_ledger(
+            LedgerListing::Balances(&balances.account_id),
+            balances.posted_at,
+        );
     }
 
     /// What was written of an account's ledger at `written_at` (epoch s).
@@ -550,9 +553,17 @@ mod tests {
         let mut log = RecordLog::default();
         let at = 1_796_428_800; // 2026-12-05T00:00:00Z
         let paid = posting("PaymentApplied", "2026-12-01T23:30:00-02:00");
-        log.add("INSERT", &ledger_item("JOURNAL_ENTRY", Some(("e1", &paid))), at);
+        log.add(
+            "INSERT",
+            &ledger_item("JOURNAL_ENTRY", Some(("e1", &paid))),
+            at,
+        );
         let fee = posting("FeeAssessed", "2026-11-30T10:00:00Z");
-        log.add("INSERT", &ledger_item("JOURNAL_ENTRY", Some(("e2", &fee))), at);
+        log.add(
+            "INSERT",
+            &ledger_item("JOURNAL_ENTRY", Some(("e2", &fee))),
+            at,
+        );
         log.add("MODIFY", &ledger_item("SUB_LEDGER", None), at);
         // Balances changed by hand at 01:00: listed under that hour.
         log.add("MODIFY", &ledger_item("SUB_LEDGER", None), at + 3_600);
@@ -574,7 +585,11 @@ mod tests {
         );
         // An entry changed or removed by hand (no code does either): its account is read whole.
         let mut by_hand = RecordLog::default();
-        by_hand.add("MODIFY", &ledger_item("JOURNAL_ENTRY", Some(("e2", &fee))), at);
+        by_hand.add(
+            "MODIFY",
+            &ledger_item("JOURNAL_ENTRY", Some(("e2", &fee))),
+            at,
+        );
         let keys = HashMap::from([
             ("pk".to_owned(), A::S("LEDGER#acc_3".into())),
             ("sk".to_owned(), A::S("ENTRY#e9".into())),
