@@ -822,9 +822,9 @@ async fn when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_
     assert_eq!(audit.accounts, 23, "{engine:?}:\n{text}");
 }
 
-/// `account`'s entries of `event_type` as processed `days_ago` earlier (in place, before the
-/// log lists them): a ledger with a past.
-async fn processed_earlier(servicing: &Servicing, account: &str, event_type: &str, days_ago: i64) {
+/// `account`'s entries as processed `days_ago` earlier (in place, before the log lists them):
+/// a ledger with a past.
+async fn processed_earlier(servicing: &Servicing, account: &str, days_ago: i64) {
     use aws_sdk_dynamodb::types::AttributeValue;
     let partition = servicing
         .client
@@ -842,9 +842,6 @@ async fn processed_earlier(servicing: &Servicing, account: &str, event_type: &st
             continue;
         };
         let mut posting: serde_json::Value = serde_json::from_str(posting).expect("a posting");
-        if posting["eventType"] != event_type {
-            continue;
-        }
         let at =
             chrono::DateTime::parse_from_rfc3339(posting["processedAt"].as_str().expect("a time"))
                 .expect("a time")
@@ -899,7 +896,9 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
         }
     };
     post("past").await;
-    processed_earlier(&servicing, "acc_day_0", "FeeAssessed", 3).await;
+    for account in ["acc_day_0", "acc_day_1", "acc_day_2"] {
+        processed_earlier(&servicing, account, 3).await;
+    }
     let store = servicing.store("ledgerctl");
     let list = || async {
         servicing_ops::backfill::record_log(&store, false)
@@ -950,7 +949,8 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
     );
     assert_eq!(partition_reads(&plan).len(), 3, "{engine:?}");
 
-    // Checked: the past is not read again, by key or by partition.
+    // Checked: the past is not read again, by key or by partition — only the payments whose
+    // cash falls on the date the money reconciliation totals.
     let plan = FaultPlan::default();
     let (second, remembered) = check(plan.client(&servicing.client)).await;
     assert!(second.holds(), "{engine:?}: {:?}", second.lines());
@@ -961,8 +961,8 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
         second.lines()
     );
     assert_eq!(
-        second.entries,
-        first.entries - 30,
+        (first.entries, second.entries),
+        (36, 3),
         "{engine:?}: {:?}",
         second.lines()
     );
@@ -972,9 +972,15 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
         partition_reads(&plan)
     );
 
-    // One more entry on the long account: that entry is what is read of it.
+    // Two more entries on the long account, a fee and a reversal of its payment (held to the
+    // payment's entry): they are what is read of it.
     let more = integration_tests::generate::fee("acc_day_0", "acc_day_0-fee-more", 22, 7);
-    process(&handler, &[("acc_day_0-fee-more", more)]).await;
+    let back = reverse("acc_day_0", "acc_day_0-rev", "acc_day_0-pay", 22, 1_000);
+    process(
+        &handler,
+        &[("acc_day_0-fee-more", more), ("acc_day_0-rev", back)],
+    )
+    .await;
     post("more").await;
     list().await;
     let plan = FaultPlan::default();
@@ -988,7 +994,7 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
     );
     assert_eq!(
         third.entries,
-        second.entries + 1,
+        second.entries + 2,
         "{engine:?}: {:?}",
         third.lines()
     );
@@ -1071,6 +1077,25 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
                     && !p.contains("onto its check")
             }),
         "{engine:?}:\n{text}"
+    );
+    // Its check no longer stands: back to version 0, which proves nothing, so the account is
+    // read whole until it holds, whatever the log lists next.
+    let (pk, sk) = servicing_store::journal::ledger_check_key("acc_day_0");
+    let stands = servicing
+        .client
+        .get_item()
+        .table_name(&servicing.table)
+        .set_key(Some(servicing_store::items::key_item((pk, sk))))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read")
+        .item
+        .expect("the check");
+    assert_eq!(
+        servicing_store::items::number(&stands, "version").ok(),
+        Some(0),
+        "{engine:?}"
     );
 
     // A check gone (expired, deleted): that account is read whole, and holds.

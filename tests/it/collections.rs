@@ -30,6 +30,7 @@ on_both_engines!(
     when_a_later_change_is_recorded_between_the_read_and_the_commit_should_judge_again,
     when_a_receiver_that_cannot_deduplicate_got_the_call_but_the_answer_was_lost_should_not_call_again,
     when_a_receiver_that_cannot_deduplicate_says_it_has_nothing_should_call_once_more,
+    when_a_holder_dies_while_calling_a_receiver_that_cannot_deduplicate_should_ask_before_calling,
     when_the_receivers_status_does_not_answer_should_not_call,
 );
 
@@ -186,6 +187,17 @@ async fn when_a_receiver_that_cannot_deduplicate_says_it_has_nothing_should_call
         (1, 2, 1),
         "{engine:?}: asked, then called once more: one notice"
     );
+    // What the status said is on the record, written before the call it led to.
+    let action = action_item(&servicing, &action_id).await;
+    assert_eq!(
+        action.receiver_said.as_deref(),
+        Some("not delivered"),
+        "{engine:?}"
+    );
+    assert!(
+        action.receiver_asked_at <= action.updated_at,
+        "{engine:?}: {action:?}"
+    );
     // A call turned away (503: not now) is simply retried: nothing to ask.
     let turned_away = PlainReceiver::default();
     turned_away.plan.lock().expect("plan").push_back((503, 0));
@@ -206,6 +218,76 @@ async fn when_a_receiver_that_cannot_deduplicate_says_it_has_nothing_should_call
         (0, 1),
         "{engine:?}"
     );
+}
+
+/// A holder that dies while `SENDING` leaves no outcome at all: whoever takes the action over
+/// once its lease has run out asks a receiver that cannot deduplicate first — the dead call
+/// may have reached it — and calls only if it says it has nothing.
+async fn when_a_holder_dies_while_calling_a_receiver_that_cannot_deduplicate_should_ask_before_calling(
+    engine: Engine,
+) {
+    for reached in [true, false] {
+        let servicing = Servicing::new(engine).await;
+        let envelopes = delinquency_envelopes(&servicing).await;
+        let envelope = entering_30(&envelopes);
+        let receiver = PlainReceiver::default();
+        // Turned away first (503: reached nobody): PENDING.
+        receiver.plan.lock().expect("plan").push_back((503, 0));
+        let server = receiver.start().await;
+        let handler = PlainReceiver::handler(&servicing, &server);
+        deliver(&handler, "m1", envelope).await;
+        let action_id = receiver.calls.lock().expect("calls")[0].clone();
+        assert_eq!(action_status(&servicing, &action_id).await.0, "PENDING");
+        // A twin takes the lease, calls, and dies before it records anything.
+        let store = servicing.store(CONSUMER);
+        let expired = servicing_store::epoch_millis() - 1;
+        assert_eq!(
+            store
+                .lease_action(&action_id, "dead-twin", expired)
+                .await
+                .expect("lease"),
+            Lease::Acquired {
+                from: ActionStatus::Pending
+            }
+        );
+        if reached {
+            receiver
+                .notices
+                .lock()
+                .expect("notices")
+                .push(action_id.clone());
+        }
+        assert_eq!(action_status(&servicing, &action_id).await.0, "SENDING");
+        let taken_over = deliver(&handler, "m2", envelope).await;
+        let settled = if reached { SENT_BEFORE } else { SENT_NOW };
+        assert_eq!(
+            taken_over,
+            MessageResult::Duplicate { action: settled },
+            "{engine:?} reached={reached}"
+        );
+        let action = action_item(&servicing, &action_id).await;
+        assert_eq!(
+            (
+                PlainReceiver::count(&receiver.asked),
+                PlainReceiver::count(&receiver.calls),
+                PlainReceiver::count(&receiver.notices),
+                action.status.as_str(),
+                action.receiver_said.as_deref(),
+            ),
+            (
+                1,
+                if reached { 1 } else { 2 },
+                1,
+                "SENT",
+                Some(if reached {
+                    "delivered"
+                } else {
+                    "not delivered"
+                })
+            ),
+            "{engine:?} reached={reached}: asked first, one notice"
+        );
+    }
 }
 
 async fn when_the_receivers_status_does_not_answer_should_not_call(engine: Engine) {
@@ -342,6 +424,14 @@ fn entering_30(envelopes: &[Value]) -> &Value {
 }
 
 async fn action_status(servicing: &Servicing, action_id: &str) -> (String, String) {
+    let action = action_item(servicing, action_id).await;
+    (action.status, action.attempts.to_string())
+}
+
+async fn action_item(
+    servicing: &Servicing,
+    action_id: &str,
+) -> servicing_store::schema::ActionItem {
     let item = servicing
         .client
         .get_item()
@@ -354,9 +444,7 @@ async fn action_status(servicing: &Servicing, action_id: &str) -> (String, Strin
         .expect("get")
         .item
         .expect("action recorded");
-    let action: servicing_store::schema::ActionItem =
-        servicing_store::schema::from_item(item).expect("an action record");
-    (action.status, action.attempts.to_string())
+    servicing_store::schema::from_item(item).expect("an action record")
 }
 
 const SENT_NOW: Option<ActionOutcome> = Some(ActionOutcome {

@@ -52,7 +52,31 @@ impl CollectionsHandler {
         if !self.notifier.deduplicates()
             && matches!(leased_from, ActionStatus::Unknown | ActionStatus::Sending)
         {
-            let (status, detail) = match self.notifier.status(action_id).await {
+            let answer = self.notifier.status(action_id).await;
+            let said = match &answer {
+                Status::NotDelivered => "not delivered".to_owned(),
+                Status::Delivered => "delivered".to_owned(),
+                Status::Unanswered(reason) => format!("no answer: {reason}"),
+            };
+            // On the record before anything follows from it, the call above all.
+            match self
+                .store
+                .note_receiver_status(action_id, &lease_id, &said)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(format!(
+                        "the lease on action {action_id} ran out while asking the receiver; another delivery has it"
+                    ));
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "could not record what the receiver's status says: {e}"
+                    ));
+                }
+            }
+            let (status, detail) = match answer {
                 Status::NotDelivered => (None, String::new()),
                 Status::Delivered => (
                     Some(ActionStatus::Sent),

@@ -15,7 +15,11 @@
 //!    the receiver with `Idempotency-Key: <actionId>`;
 //! 4. record the outcome: `SENT`, `REJECTED` (a definitive 4xx, never retried), or still `PENDING`
 //!    with the error (the message is retried; the replay finds the intent pending and executes it
-//!    again with the SAME `actionId`, which the receiver deduplicates).
+//!    again with the SAME `actionId`, which the receiver deduplicates). To a receiver that does
+//!    not deduplicate (`NotificationDeduplicates=false`), an attempt that may have reached it
+//!    (a timeout, the connection lost after sending, a lease lost while `SENDING`) is recorded
+//!    `UNKNOWN`, and the next attempt first asks its status endpoint by `actionId`, records what
+//!    it said (`receiverSaid`), and calls again only on "not delivered".
 //!
 //! Changes of one account are ordered by `occurredAt`, then by `eventId`: the detail carries no
 //! per-account sequence, so the id only makes ties deterministic.

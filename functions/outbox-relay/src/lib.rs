@@ -26,7 +26,8 @@
 //! Before publishing, the batch's facts' records (every verdict, events or none: the event
 //! source mapping passes them all) are listed in the record log (`servicing_store::record_log`)
 //! by the hour they were claimed and the business date of their money events, and the ledger's
-//! journal entries and sub-ledgers by their account, the hour written and their cash's date:
+//! journal entries by their key (an entry changed or removed by hand by its account alone, to
+//! be read whole) and sub-ledgers by their account, the hour written and their cash's date:
 //! what the daily reconciliation reads instead of the table.
 //!
 //! Every stream record that carries events leaves one decision record (consumer

@@ -72,6 +72,10 @@ pub struct LedgerReconciliation {
     /// The balances whose sum was proved and is newer than the account's last check: what
     /// [`remember_checks`] writes, so the next check reads only what follows.
     pub proven: Vec<SubLedgerRecord>,
+    /// Accounts whose balances are not the sum of their entries (a problem) though a check
+    /// stands: [`remember_checks`] takes the check back to version 0, which proves nothing,
+    /// so each next check reads the account whole until it holds again.
+    pub disproven: Vec<String>,
 }
 
 impl LedgerReconciliation {
@@ -159,6 +163,8 @@ struct Read {
     /// The accounts read since their last check, each with that check: the entries above its
     /// version are summed onto it. Every other account was read whole.
     since: BTreeMap<String, LedgerCheckRecord>,
+    /// The version of every account's last check read (those read whole included).
+    checked: BTreeMap<String, u64>,
 }
 
 /// The accounts the ledger's leg holds to servicing: those whose facts were claimed in the
@@ -198,7 +204,11 @@ async fn read_accounts(
     );
     let later = crate::record_log::ledger_listed(client, table, after, &BTreeSet::new()).await?;
     for (account, entries) in later.entries {
-        listed.entries.entry(account).or_default().extend(entries);
+        let listed = listed.entries.entry(account).or_default();
+        for (entry_id, hour) in entries {
+            let at = listed.entry(entry_id).or_insert(hour);
+            *at = (*at).max(hour);
+        }
     }
     listed.changed.extend(later.changed);
     let mut ids = Vec::new();
@@ -242,7 +252,7 @@ async fn read_accounts(
         .iter()
         .flat_map(|id| {
             let listed = listed.entries.get(id.as_str()).into_iter().flatten();
-            listed.map(|entry_id| items::key_item(entry_key(id, entry_id)))
+            listed.map(|(entry_id, _)| items::key_item(entry_key(id, entry_id)))
         })
         .collect();
     let mut by_account: BTreeMap<String, Vec<Item>> = BTreeMap::new();
@@ -251,14 +261,26 @@ async fn read_accounts(
         let account = pk.strip_prefix("LEDGER#").unwrap_or(pk).to_owned();
         by_account.entry(account).or_default().push(item);
     }
+    read.checked = checks
+        .iter()
+        .map(|(account, check)| (account.clone(), check.version))
+        .collect();
     let mut whole = Vec::new();
     for id in &ids {
         let account = id.as_str();
         let listed_entries = by_account.remove(account).unwrap_or_default();
+        let hours = listed.entries.get(account);
+        let written_at = |item: &Item| {
+            let entry_id = crate::text(item, "entryId").unwrap_or_default();
+            hours
+                .and_then(|h| h.get(entry_id))
+                .copied()
+                .unwrap_or(i64::MIN)
+        };
         let check = checks.remove(account);
         match check.filter(|check| {
             !listed.changed.contains(account)
-                && entries_since(check, balances.get(account), &listed_entries)
+                && entries_since(check, balances.get(account), &listed_entries, written_at)
         }) {
             Some(check) => {
                 read.since.insert(account.to_owned(), check);
@@ -284,7 +306,8 @@ async fn read_accounts(
     // A reversal read since a check is held to its payment's entry, read by key if it was
     // posted before.
     let read_ids: BTreeSet<(String, String)> = read.entries.iter().filter_map(entry_of).collect();
-    let payments = read
+    // Each once: a `BatchGetItem` refuses a key twice (two reversals of one payment).
+    let payments: BTreeSet<(String, String)> = read
         .entries
         .iter()
         .filter_map(|item| schema::from_item::<EntryRecord>(item.clone()).ok())
@@ -294,6 +317,9 @@ async fn read_accounts(
             let key = (record.account_id.clone(), payment);
             (!read_ids.contains(&key)).then_some(key)
         })
+        .collect();
+    let payments = payments
+        .into_iter()
         .filter_map(|(account, payment)| {
             let id = AccountId::parse(&account).ok()?;
             Some(items::key_item(entry_key(&id, &payment)))
@@ -311,25 +337,36 @@ fn entry_of(item: &Item) -> Option<(String, String)> {
     Some((account.to_owned(), entry_id.to_owned()))
 }
 
-/// Whether `listed` (the entries the log lists for an account) holds every entry above
-/// `check`'s version up to its balances' (`stored`): each posting writes the next version
-/// into its entry, so the versions above the check must be exactly `check + 1 ..= stored`.
+/// Whether `listed` (the entries the log lists for an account, each written at the hour
+/// `written_at` says) holds every entry above `check`'s version up to its balances'
+/// (`stored`), and nothing else new: each posting writes the next version into its entry, so
+/// the versions above the check must be exactly `check + 1 ..= stored`. Anything else sends
+/// the account to a whole read, where it is met and reported: an entry without its version
+/// (posted before it was kept, or that does not decode), one above the balances (posted since
+/// they were read, or put by hand), or one the check covers written in or after the hour of
+/// the check (put or copied by hand after it; the check's own hour too, as the log keeps
+/// hours, not instants).
 fn entries_since(
     check: &LedgerCheckRecord,
     stored: Option<&SubLedgerRecord>,
     listed: &[Item],
+    written_at: impl Fn(&Item) -> i64,
 ) -> bool {
     let Some(stored) = stored.filter(|s| s.version >= check.version) else {
         return false;
     };
+    let checked_hour = check.checked_at.div_euclid(3_600) * 3_600;
     let mut versions = BTreeSet::new();
     for item in listed {
-        // An entry without its version (posted before it was kept) or that does not decode:
-        // read the account whole, where it is met and reported.
         let Ok(version) = items::number(item, "version") else {
             return false;
         };
-        if version > check.version && version <= stored.version {
+        if version > stored.version
+            || (version <= check.version && written_at(item) >= checked_hour)
+        {
+            return false;
+        }
+        if version > check.version {
             versions.insert(version);
         }
     }
@@ -393,6 +430,7 @@ async fn read_every_account(
         sub_ledgers,
         entries,
         since: BTreeMap::new(),
+        checked: BTreeMap::new(),
     })
 }
 
@@ -426,6 +464,7 @@ pub async fn reconcile_accounts(
         sub_ledgers,
         entries,
         since,
+        checked,
     } = match accounts {
         Accounts::Touched => read_accounts(client, table, money, now, &mut report).await?,
         Accounts::Every => read_every_account(client, table, &mut report).await?,
@@ -483,13 +522,17 @@ pub async fn reconcile_accounts(
         if now - posting.processed_at.timestamp() < grace_secs {
             in_flight.insert(account.to_owned());
         }
-        // What the balances read hold: the entries up to their version (one posted since is
-        // the next read's), above the check for an account read since it.
+        // What the balances read hold: the entries up to their version, above the check for
+        // an account read since it. One above them posted within the grace is the next read's
+        // (posted since they were read); an older one counts, and they differ.
+        let posted_since = now - posting.processed_at.timestamp() < grace_secs;
         let in_balances = match (stored.get(account), since.get(account)) {
             (Some(balances), Some(check)) => record
                 .version
                 .is_some_and(|v| v > check.version && v <= balances.version),
-            (Some(balances), None) => record.version.is_none_or(|v| v <= balances.version),
+            (Some(balances), None) => record
+                .version
+                .is_none_or(|v| v <= balances.version || !posted_since),
             (None, _) => true,
         };
         if in_balances && let Err(e) = summed.entry(account.to_owned()).or_default().post(entry) {
@@ -597,13 +640,18 @@ pub async fn reconcile_accounts(
             .map(|check| format!(" (onto its check of version {})", check.version))
             .unwrap_or_default();
         if sum != record.sub_ledger() {
-            report.differs(in_flight.contains(account), format!(
+            let in_flight = in_flight.contains(account);
+            report.differs(in_flight, format!(
                 "sub-ledger {account}: stored balances {:?} ({} entries) are not the sum of its entries {:?} ({} entries){onto}",
                 record.balances, record.entries, sum.balances, sum.entries
             ));
-        } else if since
+            // What its check proved no longer stands as the start of the next check.
+            if !in_flight && checked.get(account).is_some_and(|v| *v > 0) {
+                report.disproven.push(account.clone());
+            }
+        } else if checked
             .get(account)
-            .is_none_or(|check| check.version < record.version)
+            .is_none_or(|version| *version < record.version)
         {
             report.proven.push(record.clone());
         }
@@ -683,30 +731,49 @@ pub async fn reconcile_accounts(
 }
 
 /// Writes the checks `report` proved (`proven`, at `now`, epoch s), so each account's next
-/// check reads only what follows: one `PutItem` per account whose balances moved since its
-/// last check, never back to an older version (a slower concurrent run keeps the newer).
-/// The daily reconciler's: `ledgerctl reconcile --money` writes nothing. Returns how many
-/// were written.
+/// check reads only what follows: one `PutItem` per account whose balances are newer than its
+/// last check, never back to an older version (a slower concurrent run keeps the newer). A
+/// check `report` disproved is taken back to version 0 (it proves nothing: the account is read
+/// whole until it holds). The daily reconciler's: `ledgerctl reconcile --money` writes
+/// nothing. Returns how many were written.
 pub async fn remember_checks(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     report: &LedgerReconciliation,
     now: i64,
 ) -> anyhow::Result<u64> {
-    let written: Vec<bool> = futures_util::stream::iter(report.proven.iter().map(|balances| {
-        let check = LedgerCheckRecord::of(balances, now);
-        async move {
-            let item = schema::to_item(&check)?;
+    let proven = report
+        .proven
+        .iter()
+        .map(|balances| (LedgerCheckRecord::of(balances, now), true));
+    let disproven = report.disproven.iter().map(|account| {
+        let nothing = SubLedgerRecord {
+            pk: String::new(),
+            sk: String::new(),
+            item_type: String::new(),
+            account_id: account.clone(),
+            version: 0,
+            currency: None,
+            balances: BTreeMap::new(),
+            entries: 0,
+            posted_at: now,
+        };
+        (LedgerCheckRecord::of(&nothing, now), false)
+    });
+    let written: Vec<bool> = futures_util::stream::iter(proven.chain(disproven).map(
+        |(check, forward_only)| async move {
             let put = client
                 .put_item()
                 .table_name(table)
-                .set_item(Some(item))
-                .condition_expression("attribute_not_exists(pk) OR #version < :version")
-                .expression_attribute_names("#version", items::VERSION)
-                .expression_attribute_values(":version", items::n(check.version))
-                .send()
-                .await;
-            match put {
+                .set_item(Some(schema::to_item(&check)?));
+            let put = match forward_only {
+                true => put
+                    .condition_expression("attribute_not_exists(pk) OR #version < :version")
+                    .expression_attribute_names("#version", items::VERSION)
+                    .expression_attribute_values(":version", items::n(check.version)),
+                false => put,
+            };
+            match put.send().await {
                 Ok(_) => Ok(true),
                 Err(e)
                     if e.as_service_error()
@@ -720,8 +787,8 @@ pub async fn remember_checks(
                     aws_sdk_dynamodb::error::DisplayErrorContext(e)
                 )),
             }
-        }
-    }))
+        },
+    ))
     .buffer_unordered(ACCOUNTS_AT_ONCE)
     .try_collect()
     .await?;

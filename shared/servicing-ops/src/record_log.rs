@@ -60,8 +60,10 @@ fn hours_of((from, to): (i64, i64)) -> anyhow::Result<impl Iterator<Item = i64>>
 pub struct LedgerListed {
     /// Every account named.
     pub accounts: BTreeSet<String>,
-    /// The entries put, by account: what is read of an account since its last check.
-    pub entries: BTreeMap<String, BTreeSet<String>>,
+    /// The entries put, by account, each with the latest hour (epoch s) a write of it was
+    /// listed under (`i64::MIN`: listed only by its cash's date): what is read of an account
+    /// since its last check.
+    pub entries: BTreeMap<String, BTreeMap<String, i64>>,
     /// Accounts an entry of which was changed or removed by hand: read whole.
     pub changed: BTreeSet<String>,
 }
@@ -75,27 +77,34 @@ pub async fn ledger_listed(
     dates: &BTreeSet<NaiveDate>,
 ) -> anyhow::Result<LedgerListed> {
     let partitions = hours_of(window)?
-        .filter_map(record_log::ledger_hour_partition)
+        .filter_map(|hour| Some((record_log::ledger_hour_partition(hour)?, Some(hour))))
         .chain(
             dates
                 .iter()
-                .map(|date| record_log::ledger_date_partition(*date)),
+                .map(|date| (record_log::ledger_date_partition(*date), None)),
         );
     let mut listed = LedgerListed::default();
-    for partition in partitions {
+    for (partition, hour) in partitions {
         for item in query_partition(client, table, &partition).await? {
             for fact in record_log::facts_of(&item) {
                 let listing = LedgerListing::parse(fact);
                 let account = listing.account().to_owned();
                 match listing {
                     LedgerListing::Entry(_, entry_id) => {
-                        listed
+                        let at = listed
                             .entries
                             .entry(account.clone())
                             .or_default()
-                            .insert(entry_id.to_owned());
+                            .entry(entry_id.to_owned())
+                            .or_insert(i64::MIN);
+                        *at = (*at).max(hour.unwrap_or(i64::MIN));
                     }
                     LedgerListing::Changed(_) => {
+                        listed.changed.insert(account.clone());
+                    }
+                    // A date lists entries: an account alone there was listed before entries
+                    // were (the log's first form), and its cash entries are not named.
+                    LedgerListing::Balances(_) if hour.is_none() => {
                         listed.changed.insert(account.clone());
                     }
                     LedgerListing::Balances(_) => {}

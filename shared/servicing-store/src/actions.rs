@@ -218,6 +218,34 @@ impl ServicingStore {
         conditional_update(result)
     }
 
+    /// Records what the receiver's status endpoint said of the action (`said`: `delivered`,
+    /// `not delivered`, or why it did not say), under the lease and before anything follows
+    /// from it: a call after "not delivered" is on the record as made on that answer.
+    #[tracing::instrument(skip_all, fields(action_id))]
+    pub async fn note_receiver_status(
+        &self,
+        action_id: &str,
+        lease_id: &str,
+        said: &str,
+    ) -> Result<bool, StoreError> {
+        let (_, now_millis) = now_epoch();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table)
+            .set_key(Some(items::key_item(items::action_key(action_id))))
+            .update_expression("SET receiverSaid = :said, receiverAskedAt = :now")
+            .condition_expression("#status = :sending AND leaseId = :lease")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":sending", s(ActionStatus::Sending.as_str()))
+            .expression_attribute_values(":lease", s(lease_id))
+            .expression_attribute_values(":said", s(said.chars().take(512).collect::<String>()))
+            .expression_attribute_values(":now", n(now_millis))
+            .send()
+            .await;
+        conditional_update(result)
+    }
+
     /// Records one execution attempt under the lease: the final status (`Sent`/`Rejected`), or
     /// `Pending` again with the error of a transient failure (`Unknown` when the call may have
     /// reached a receiver that does not deduplicate), releasing the lease. Only the

@@ -131,6 +131,8 @@ pub fn action_item(intent: &crate::ActionIntent, now: i64) -> Result<Item, Store
         last_http_status: None,
         last_detail: None,
         updated_at: None,
+        receiver_said: None,
+        receiver_asked_at: None,
     })?;
     // In the open index until it settles (`SENT`, `REJECTED`, `SUPERSEDED` remove it).
     item.extend(crate::open::OpenKind::Action.attributes(&intent.action_id, now));

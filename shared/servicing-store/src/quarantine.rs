@@ -7,8 +7,6 @@
 //! keeps a transaction that holds several quarantine items (a group's rejections, the
 //! reconciler's expiry) well inside its 4 MB.
 
-use std::fmt::Write as _;
-
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use servicing_domain::{AccountId, Fingerprint, SourceRef};
@@ -43,14 +41,10 @@ fn keep(body: &str) -> KeptBody {
         .rev()
         .find(|&i| body.is_char_boundary(i))
         .unwrap_or(0);
-    let digest = Sha256::digest(body.as_bytes());
-    let hex = digest.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    });
+    let digest = hex::encode(Sha256::digest(body.as_bytes()));
     KeptBody {
         text: body[..cut].to_owned(),
-        truncated: Some((body.len() as u64, hex)),
+        truncated: Some((body.len() as u64, digest)),
     }
 }
 

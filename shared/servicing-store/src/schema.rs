@@ -256,7 +256,7 @@ pub struct ActionItem {
     pub action_id: String,
     pub account_id: String,
     pub event_id: String,
-    /// `PENDING`, `SENDING`, `SENT` or `REJECTED`.
+    /// `PENDING`, `SENDING`, `UNKNOWN`, `SENT`, `REJECTED` or `SUPERSEDED`.
     pub status: String,
     pub attempts: u64,
     /// What is sent to the receiver (JSON).
@@ -275,6 +275,13 @@ pub struct ActionItem {
     pub last_detail: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<i64>,
+    /// To a receiver that does not deduplicate, after an attempt whose outcome is unknown:
+    /// what its status endpoint last said (`delivered`, `not delivered`, `no answer: …`) and
+    /// when (epoch ms), recorded before anything followed from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver_said: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver_asked_at: Option<i64>,
 }
 
 impl ActionItem {

@@ -32,8 +32,8 @@ pub struct IncidentArgs {
     /// log export); repeatable. Default: the main job's `.local/decision-records.jsonl`.
     #[arg(long, default_value = ".local/decision-records.jsonl")]
     records: Vec<PathBuf>,
-    /// The deduplicating consumer whose deliveries are reported.
-    #[arg(long, default_value = "account-state")]
+    /// The deduplicating consumer whose deliveries are reported, e.g. `--consumer collections`.
+    #[arg(long, default_value = "account-state", value_parser = clap::builder::PossibleValuesParser::new(["account-state", "collections", "ledger-postings"]))]
     consumer: String,
     /// Applied facts this long before --from are compared for suspected duplicates.
     #[arg(long, default_value_t = 24 * 60, value_parser = clap::value_parser!(i64).range(0..=60 * 24 * 400))]

@@ -337,5 +337,30 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }
+        // A consumer or a dead-letter queue out of the stack's set, before anything is read.
+        let window = [
+            "--from",
+            "2026-11-02T10:00:00Z",
+            "--to",
+            "2026-11-02T11:00:00Z",
+        ];
+        let incident = |consumer: &str| {
+            let mut args = vec!["ledgerctl", "incident", "--consumer", consumer];
+            args.extend(window);
+            Cli::try_parse_from(args)
+        };
+        assert!(incident("ledger-postings").is_ok());
+        let typo = incident("acount-state").expect_err("not a consumer");
+        assert_eq!(typo.kind(), ErrorKind::InvalidValue);
+        assert!(typo.to_string().contains("account-state"), "{typo}");
+        let dlq = |name: &str| Cli::try_parse_from(["ledgerctl", "dlq", "peek", name]);
+        assert!(dlq("ledger").is_ok());
+        assert!(dlq("https://sqs.eu-west-1.amazonaws.com/111122223333/dlq.fifo").is_ok());
+        let typo = dlq("servcing").expect_err("not a DLQ");
+        assert_eq!(typo.kind(), ErrorKind::ValueValidation);
+        assert!(
+            typo.to_string().contains("servicing, collections"),
+            "{typo}"
+        );
     }
 }

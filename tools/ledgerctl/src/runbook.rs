@@ -77,8 +77,24 @@ pub struct PaymentArgs {
 pub struct DlqArg {
     /// `servicing`, `collections`, `ledger`, `relay` (the relay's failure queue: batch metadata, not
     /// redrivable — use `outbox republish`), or a queue URL.
-    #[arg(value_name = "DLQ")]
+    #[arg(value_name = "DLQ", value_parser = dlq_name)]
     dlq: String,
+}
+
+/// The stack's dead-letter queues by name.
+const DLQ_NAMES: [&str; 4] = ["servicing", "collections", "ledger", "relay"];
+
+/// A DLQ name of [`DLQ_NAMES`] or a queue URL, checked as the command line is parsed: a typo
+/// is refused before anything is resolved or read.
+fn dlq_name(value: &str) -> Result<String, String> {
+    if DLQ_NAMES.contains(&value) || value.starts_with("https://") || value.starts_with("http://") {
+        Ok(value.to_owned())
+    } else {
+        Err(format!(
+            "name a DLQ as {} or give its URL",
+            DLQ_NAMES.join(", ")
+        ))
+    }
 }
 
 #[derive(Debug, clap::Subcommand)]
