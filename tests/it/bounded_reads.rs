@@ -24,6 +24,7 @@ on_both_engines!(
     when_a_window_is_reconciled_should_read_its_records_through_the_record_log,
     when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_touched,
     when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_since_its_last_check,
+    when_an_entry_is_changed_or_removed_by_hand_should_list_its_account_to_be_read_whole,
 );
 
 /// The requests of a recorded run, as `(action, key)`.
@@ -1121,4 +1122,97 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
         "{engine:?}: {:?}",
         gone.lines()
     );
+}
+
+/// The engine's own stream, as the relay takes it: an entry put is listed by its key, an entry
+/// changed or removed afterwards (no code does either) lists its account to be read whole.
+async fn when_an_entry_is_changed_or_removed_by_hand_should_list_its_account_to_be_read_whole(
+    engine: Engine,
+) {
+    let servicing = Servicing::new(engine).await;
+    the_day(&servicing.handler()).await;
+    let ledger = crate::ledger::ledger_handler(&servicing);
+    let envelopes = crate::ledger::published(&servicing).await;
+    crate::ledger::post_all(
+        std::slice::from_ref(&ledger),
+        &envelopes,
+        &mut integration_tests::Rng(7),
+        "day",
+    )
+    .await;
+    let store = servicing.store("ledgerctl");
+    let entry_of = |account: &'static str| {
+        let store = &store;
+        async move {
+            let id = servicing_domain::AccountId::parse(account).expect("id");
+            store.journal(&id).await.expect("journal").entries[0].clone()
+        }
+    };
+    let changed = entry_of("acc_day_0").await;
+    let mut item = servicing_store::schema::to_item(&changed).expect("item");
+    item.insert(
+        "fingerprint".into(),
+        aws_sdk_dynamodb::types::AttributeValue::S("changed by hand".into()),
+    );
+    servicing
+        .client
+        .put_item()
+        .table_name(&servicing.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .expect("changed");
+    let removed = entry_of("acc_day_1").await;
+    servicing
+        .client
+        .delete_item()
+        .table_name(&servicing.table)
+        .set_key(Some(servicing_store::items::key_item((
+            removed.pk.clone(),
+            removed.sk.clone(),
+        ))))
+        .send()
+        .await
+        .expect("removed");
+    let kept = entry_of("acc_day_2").await;
+
+    let config = engine.sdk_config().await;
+    let records = integration_tests::streams::read_all(
+        &aws_sdk_dynamodbstreams::Client::new(&config),
+        &servicing.client,
+        &servicing.table,
+    )
+    .await;
+    let mut log = servicing_store::record_log::RecordLog::default();
+    for record in &records {
+        log.add_change(
+            &record.event_name,
+            &record.change.keys,
+            &record.change.new_image,
+            record.change.approximate_creation_date_time.timestamp(),
+        );
+    }
+    let listed: std::collections::BTreeSet<String> = log
+        .items("batch")
+        .iter()
+        .filter(|item| {
+            servicing_ops::text(item, "pk").is_some_and(|pk| pk.starts_with("LOG#LEDGER#HOUR#"))
+        })
+        .flat_map(|item| {
+            servicing_store::record_log::facts_of(item)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for expected in [
+        "acc_day_0!".to_owned(),
+        "acc_day_1!".to_owned(),
+        format!("acc_day_2/{}", kept.entry_id),
+    ] {
+        assert!(
+            listed.contains(&expected),
+            "{engine:?}: {expected} not in {listed:?}"
+        );
+    }
+    assert!(!listed.contains("acc_day_2!"), "{engine:?}: {listed:?}");
 }

@@ -281,8 +281,9 @@ impl Servicing {
         .await;
         let mut log = servicing_store::record_log::RecordLog::default();
         for record in &records {
-            log.add(
+            log.add_change(
                 &record.event_name,
+                &record.change.keys,
                 &record.change.new_image,
                 record.change.approximate_creation_date_time.timestamp(),
             );

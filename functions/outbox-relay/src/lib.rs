@@ -203,11 +203,12 @@ impl OutboxRelay {
     async fn log_records(&self, records: &[EventRecord]) -> Result<(), FailedAt> {
         let mut log = RecordLog::default();
         for record in records {
-            let written_at = record.change.approximate_creation_date_time.timestamp();
-            match record.event_name.as_str() {
-                "REMOVE" => log.add_removed(&record.change.keys, written_at),
-                name => log.add(name, &record.change.new_image, written_at),
-            }
+            log.add_change(
+                &record.event_name,
+                &record.change.keys,
+                &record.change.new_image,
+                record.change.approximate_creation_date_time.timestamp(),
+            );
         }
         let Some(first) = records.first().filter(|_| !log.is_empty()) else {
             return Ok(());

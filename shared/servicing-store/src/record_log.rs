@@ -186,6 +186,21 @@ impl RecordLog {
         }
     }
 
+    /// Adds what one stream record wrote (`event_name`, the item's `keys` and `new_image`) at
+    /// `written_at` (epoch s): [`Self::add`], or for a removal [`Self::add_removed`].
+    pub fn add_change(
+        &mut self,
+        event_name: &str,
+        keys: &StreamImage,
+        new_image: &StreamImage,
+        written_at: i64,
+    ) {
+        match event_name {
+            "REMOVE" => self.add_removed(keys, written_at),
+            name => self.add(name, new_image, written_at),
+        }
+    }
+
     /// Adds an item a stream record removed (`keys`: its key): an entry removed by hand lists
     /// its account to be read whole, as one changed.
     pub fn add_removed(&mut self, keys: &StreamImage, written_at: i64) {
