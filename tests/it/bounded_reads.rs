@@ -677,6 +677,28 @@ async fn past_ledgers(servicing: &Servicing, account: &str, n: usize, days_ago: 
     }
 }
 
+/// The money of the last hour and the ledger against it, now (grace 0): `(now, the ledger)`.
+async fn ledger_of_the_hour(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> (i64, servicing_ops::ledger::LedgerReconciliation) {
+    let now = servicing_ops::epoch_seconds();
+    let money = servicing_ops::money::reconcile_money(
+        client,
+        table,
+        &[],
+        (now - 3_600, now + 1),
+        now,
+        servicing_ops::money::Grace::default(),
+    )
+    .await
+    .expect("money");
+    let ledger = servicing_ops::ledger::reconcile_ledger(client, table, &money, now, 0)
+        .await
+        .expect("ledger");
+    (now, ledger)
+}
+
 /// The ledger's leg reads the accounts the window touched — servicing's facts, the ledger's
 /// own writes, the cash of the dates totalled — each account's ledger whole: no scan, and no
 /// other account's ledger, however many there are. An account only the ledger touched (its
@@ -704,22 +726,7 @@ async fn when_the_ledger_is_reconciled_should_read_only_the_accounts_the_window_
 
     let reconciled = |client: aws_sdk_dynamodb::Client| {
         let table = servicing.table.clone();
-        async move {
-            let now = servicing_ops::epoch_seconds();
-            let money = servicing_ops::money::reconcile_money(
-                &client,
-                &table,
-                &[],
-                (now - 3_600, now + 1),
-                now,
-                servicing_ops::money::Grace::default(),
-            )
-            .await
-            .expect("money");
-            servicing_ops::ledger::reconcile_ledger(&client, &table, &money, now, 0)
-                .await
-                .expect("ledger")
-        }
+        async move { ledger_of_the_hour(&client, &table).await.1 }
     };
     let plan = FaultPlan::default();
     let report = reconciled(plan.client(&servicing.client)).await;
@@ -911,20 +918,7 @@ async fn when_an_accounts_ledger_has_grown_long_should_check_only_what_changed_s
     let check = |client: aws_sdk_dynamodb::Client| {
         let table = servicing.table.clone();
         async move {
-            let now = servicing_ops::epoch_seconds();
-            let money = servicing_ops::money::reconcile_money(
-                &client,
-                &table,
-                &[],
-                (now - 3_600, now + 1),
-                now,
-                servicing_ops::money::Grace::default(),
-            )
-            .await
-            .expect("money");
-            let report = servicing_ops::ledger::reconcile_ledger(&client, &table, &money, now, 0)
-                .await
-                .expect("ledger");
+            let (now, report) = ledger_of_the_hour(&client, &table).await;
             let remembered = servicing_ops::ledger::remember_checks(&client, &table, &report, now)
                 .await
                 .expect("checks remembered");
@@ -1176,22 +1170,7 @@ async fn when_an_entry_is_changed_or_removed_by_hand_should_list_its_account_to_
         .expect("removed");
     let kept = entry_of("acc_day_2").await;
 
-    let config = engine.sdk_config().await;
-    let records = integration_tests::streams::read_all(
-        &aws_sdk_dynamodbstreams::Client::new(&config),
-        &servicing.client,
-        &servicing.table,
-    )
-    .await;
-    let mut log = servicing_store::record_log::RecordLog::default();
-    for record in &records {
-        log.add_change(
-            &record.event_name,
-            &record.change.keys,
-            &record.change.new_image,
-            record.change.approximate_creation_date_time.timestamp(),
-        );
-    }
+    let log = servicing.stream_record_log().await;
     let listed: std::collections::BTreeSet<String> = log
         .items("batch")
         .iter()

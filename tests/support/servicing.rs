@@ -272,6 +272,15 @@ impl Servicing {
     /// does before it publishes (`servicing_store::record_log`): what a window's reconciliation
     /// reads. Again and again as a test goes on: the log is a set.
     pub async fn keep_record_log(&self) {
+        let log = self.stream_record_log().await;
+        self.store("outbox-relay")
+            .write_record_log(&log, "test-stream")
+            .await
+            .expect("the record log");
+    }
+
+    /// What the relay would list of the table's whole stream so far (`RecordLog::add_change`).
+    pub async fn stream_record_log(&self) -> servicing_store::record_log::RecordLog {
         let config = self.engine.sdk_config().await;
         let records = crate::streams::read_all(
             &aws_sdk_dynamodbstreams::Client::new(&config),
@@ -288,10 +297,7 @@ impl Servicing {
                 record.change.approximate_creation_date_time.timestamp(),
             );
         }
-        self.store("outbox-relay")
-            .write_record_log(&log, "test-stream")
-            .await
-            .expect("the record log");
+        log
     }
 
     /// `consumer`'s store whose commits meet `faults`.
