@@ -187,7 +187,7 @@ struct DeployedServicing {
 }
 
 /// The relay's stream filters as `template.yaml` declares them (its `- Pattern: '…'` lines:
-/// records carrying events, and every fact's record for the record log), so the deployed-path
+/// records carrying events, every record for the record log, entries removed), so the deployed-path
 /// tests cannot drift from what is deployed.
 fn relay_filter_patterns() -> Vec<String> {
     let template = include_str!("../../template.yaml");
@@ -197,10 +197,19 @@ fn relay_filter_patterns() -> Vec<String> {
         .filter_map(|l| l.strip_suffix('\''))
         .map(str::to_owned)
         .collect();
+    // Every filter the template declares, each one JSON (a pattern the parser above missed or
+    // cut would otherwise deploy a relay that hears less than the template's).
+    assert!(
+        patterns.len() >= 2,
+        "the relay's stream filters in template.yaml: {patterns:?}"
+    );
+    for pattern in &patterns {
+        serde_json::from_str::<Value>(pattern).expect("a stream filter pattern is JSON");
+    }
     assert_eq!(
         patterns.len(),
-        2,
-        "the relay's two stream filters in template.yaml"
+        template.matches("- Pattern:").count(),
+        "every `- Pattern:` line of template.yaml read as a quoted pattern"
     );
     patterns
 }

@@ -480,6 +480,35 @@ async fn when_a_record_is_past_its_expiry_should_be_counted_and_listed_nowhere(e
         "the backfill reads expired records' events"
     );
 
+    // The incident report reads the records of the facts it was asked about by key: an expired
+    // one is not there, whether or not TTL has swept it yet.
+    let wanted = servicing_ops::incident::stored::Wanted {
+        consumer: "account-state".into(),
+        identities: records
+            .iter()
+            .filter(|c| c.consumer == "account-state")
+            .map(|c| (c.source_system.clone(), c.source_event_id.clone()))
+            .collect(),
+        ..Default::default()
+    };
+    let stored =
+        servicing_ops::incident::stored::read(&servicing.client, &servicing.table, &wanted)
+            .await
+            .expect("incident records");
+    let mut read: Vec<&str> = stored.claims.values().map(|c| c.pk.as_str()).collect();
+    read.sort_unstable();
+    let mut alive_claims: Vec<&str> = records
+        .iter()
+        .filter(alive)
+        .filter(|c| c.consumer == "account-state")
+        .map(|c| c.pk.as_str())
+        .collect();
+    alive_claims.sort_unstable();
+    assert_eq!(
+        read, alive_claims,
+        "the incident reads exactly the live records"
+    );
+
     let store = servicing.store("test-reader");
     let account = servicing_domain::AccountId::parse("acc_7001").expect("account");
     for detail_type in [

@@ -55,6 +55,9 @@ pub async fn read(
         table: table.to_owned(),
         ..Stored::default()
     };
+    // A record past its `expiresAt` is gone, whether or not TTL has swept it yet: what the
+    // report says must not depend on when TTL ran.
+    let now = crate::epoch_seconds();
     let identities: Vec<&Identity> = wanted.identities.iter().collect();
     for chunk in identities.chunks(BATCH_GET) {
         let keys: Vec<Item> = chunk
@@ -67,7 +70,11 @@ pub async fn read(
                 key_item(claim_key(&wanted.consumer, &source))
             })
             .collect();
-        for item in batch_get(client, table, keys).await? {
+        let found = batch_get(client, table, keys).await?;
+        for item in found
+            .into_iter()
+            .filter(|item| crate::record_log::unexpired(item, now))
+        {
             let record: ClaimRecord = schema::from_item(item)
                 .map_err(|e| anyhow::anyhow!("a fact's record does not decode: {e}"))?;
             stored.claims.insert(
@@ -77,7 +84,7 @@ pub async fn read(
         }
     }
     stored.queries.push(format!(
-        "BatchGetItem {table}: the records of {} facts (CLAIM#{}#<sourceSystem>#<sourceEventId>), {} found",
+        "BatchGetItem {table}: the records of {} facts (CLAIM#{}#<sourceSystem>#<sourceEventId>), {} found unexpired",
         wanted.identities.len(),
         wanted.consumer,
         stored.claims.len()
